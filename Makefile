@@ -1,0 +1,78 @@
+# inferops.gpu_inference: set-up, tests, lab, demo and benchmarks.
+# The two commands a new machine needs are `make demo` and `make test`; every target installs what it uses.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+
+ROOT      := $(abspath .)
+VENV      := $(ROOT)/.venv
+BIN       := $(VENV)/bin
+COLL_LINK := $(ROOT)/.collections/ansible_collections/inferops/gpu_inference
+BUILD_DIR := $(ROOT)/.build/ansible_collections/inferops/gpu_inference
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+
+# ansible-core 2.21 needs Python >= 3.12: take the first interpreter that really runs.
+PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \
+            "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
+
+.PHONY: help setup test unit lint sanity lab lab-down lab-test molecule demo plan bench clean
+
+help:
+	@echo "make demo     run the main job on the lab"
+	@echo "make test     run every test (unit, lint, sanity, lab, molecule)"
+	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
+	@echo "make lab / make lab-down   bring the lab up / tear it down"
+	@echo "make bench    run the benchmarks"
+
+$(BIN)/.stamp: requirements.txt requirements-dev.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install one (ansible-core 2.21 needs it) or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
+	"$(PYTHON)" -m venv "$(VENV)"
+	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch "$@"
+
+$(COLL_LINK):
+	mkdir -p "$(dir $@)"
+	ln -sfn ../../.. "$@"
+
+setup: $(BIN)/.stamp $(COLL_LINK)
+
+unit: setup
+	cd "$(COLL_LINK)" && "$(BIN)/python" -m pytest -q tests/unit
+
+lint: setup
+	"$(BIN)/yamllint" -s .
+	"$(BIN)/ansible-lint" --offline -q
+
+# ansible-test needs the collection at .../ansible_collections/NS/NAME: copy the tracked files there.
+sanity: setup
+	rm -rf "$(BUILD_DIR)" && mkdir -p "$(BUILD_DIR)"
+	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents -P {} "$(BUILD_DIR)/" 2>/dev/null || true
+	cd "$(BUILD_DIR)" && git init -q . && git add -A >/dev/null && \
+	  "$(BIN)/ansible-test" sanity --python 3.12 --color no \
+	    --skip-test pylint --skip-test mypy --skip-test import --skip-test validate-modules
+
+plan: setup
+	"$(BIN)/ansible-playbook" playbooks/plan.yml $(if $(VARS),-e @$(VARS),)
+
+lab: setup
+	"$(ROOT)/tests/lab/labctl" up
+
+lab-down: setup
+	"$(ROOT)/tests/lab/labctl" down
+
+lab-test: lab
+	"$(BIN)/python" -m pytest -q tests/lab
+
+demo: setup
+	for f in inventories/examples/*.yml; do case "$$f" in */hosts.yml) continue;; esac; \
+	  "$(BIN)/ansible-playbook" playbooks/plan.yml -e "@$$f"; done
+
+test: unit lint sanity
+
+bench: setup
+	"$(BIN)/python" benchmarks/run.py
+
+clean:
+	rm -rf .build .collections tests/output
