@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: hicache_plan
+short_description: Plan SGLang's per-rank C(--hicache-size) from host facts, with the arithmetic
+version_added: "0.1.0"
+author: inferops contributors
+description:
+  - SGLang's C(--hicache-size) is decimal GB (1e9 bytes) B(per rank); every scheduler process on a host pins its own pool.
+    Read as a total, C(--tp-size 8 --hicache-size 300) asks a host for 2.4 TB.
+  - This filter counts the ranks on the host (tp x pp / nnodes, times dp without DP attention, plus other engines),
+    takes the smaller of MemAvailable and the container memory limit, subtracts an OS reserve and the processes'
+    overhead, and returns the largest per-rank size whose pinned memory fits, following each SGLang version's
+    allocation (power-of-two pinning up to 0.5.4, exact from 0.5.5) and start-up checks (host pool larger than the
+    device pool up to 0.5.14).
+  - With O(requested_gb) it checks that size instead and explains, with the arithmetic, why it does or does not fit.
+  - A plan that does not fit is returned with RV(_value.fits=false); bad input raises an error that says what was wrong.
+    Use P(inferops.gpu_inference.hicache_size#filter) to get the number or an error.
+  - Every memory input is in bytes (C(_bytes)), GPU memory in MiB (C(_mib)); a value that is obviously in the wrong
+    unit is refused.
+options:
+  _input:
+    description:
+      - One flat dict of facts and policy.
+      - Required keys C(mem_total_bytes), C(mem_available_bytes) (MemTotal and MemAvailable of the host or container, bytes),
+        C(gpu_count), C(gpu_memory_mib) (per GPU), C(sglang_version).
+      - Layout keys C(tp_size), C(pp_size), C(dp_size), C(enable_dp_attention), C(nnodes) (defaults 1, 1, 1, false, 1).
+      - C(mem_limit_bytes) the container's memory limit (omit or null when none).
+      - The KV size per token per rank, either C(kv_bytes_per_token), or C(model_preset) (C(kimi-k2), C(deepseek-v3),
+        C(llama-3-70b), C(llama-3-8b)), or geometry C(model_num_layers) with C(model_kv_lora_rank) and
+        C(model_qk_rope_head_dim) (MLA) or with C(model_num_kv_heads) and C(model_head_dim) (MHA/GQA); C(kv_cache_dtype)
+        (C(auto), C(bf16), C(fp8_e4m3), ...).
+      - C(device_pool_tokens_per_rank) (max_total_num_tokens from SGLang's /server_info) checks SGLang <= 0.5.14's
+        start-up assertion exactly.
+      - Policy overrides C(os_reserve_min_bytes) (10 GiB), C(os_reserve_fraction) (0.10 of RAM), C(rank_overhead_bytes)
+        (8 GiB), C(frontend_overhead_bytes) (8 GiB), C(other_committed_bytes) (0), C(other_engine_ranks) (0), C(page_size) (64).
+      - C(requested_gb) a per-rank size to check instead of computing one.
+    type: dict
+    required: true
+  requested_gb:
+    description:
+      - A per-rank C(--hicache-size) to check; overrides C(requested_gb) in the input. Any other input key may also be
+        given as a keyword and overrides the input.
+    type: int
+seealso:
+  - plugin: inferops.gpu_inference.hicache_size
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Plan the incident host (449 GiB, Kimi-K2, TP 8, SGLang 0.5.9)
+  ansible.builtin.debug:
+    msg: "{{ facts | inferops.gpu_inference.hicache_plan }}"
+  vars:
+    facts:
+      mem_total_bytes: "{{ 449 * 1024 ** 3 }}"
+      mem_available_bytes: "{{ 445 * 1024 ** 3 }}"
+      gpu_count: 8
+      gpu_memory_mib: 97887
+      sglang_version: "0.5.9"
+      tp_size: 8
+      model_preset: kimi-k2
+  # => per_rank_gb: 44, ranks_per_host: 8, total_pinned_bytes: 352..., fits: true
+
+- name: Check the size the operator meant as a total
+  ansible.builtin.assert:
+    that: not (facts | inferops.gpu_inference.hicache_plan(requested_gb=300)).fits
+    fail_msg: "{{ (facts | inferops.gpu_inference.hicache_plan(requested_gb=300)).explain | join('\n') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The plan.
+  type: dict
+  contains:
+    per_rank_gb:
+      description: The C(--hicache-size) to pass (decimal GB per rank); 0 when nothing fits or the requested size does not fit.
+      type: int
+    max_per_rank_gb:
+      description: The largest per-rank size that fits the budget.
+      type: int
+    ranks_per_host:
+      description: Ranks pinning a pool on this host (this engine's plus C(other_engine_ranks)).
+      type: int
+    pinned_per_rank_bytes:
+      description: Bytes one rank commits (power-of-two rounded up to 0.5.4).
+      type: int
+    total_pinned_bytes:
+      description: Bytes all ranks on the host commit.
+      type: int
+    budget_bytes:
+      description: Memory basis minus OS reserve, process overhead and other commitments; what the pools may pin.
+      type: int
+    headroom_bytes:
+      description: Budget minus total pinned bytes (negative when it does not fit).
+      type: int
+    host_tokens_per_rank:
+      description: Tokens one rank's host pool holds.
+      type: int
+    kv_bytes_per_token:
+      description: KV bytes per token per rank.
+      type: int
+    fits:
+      description: Whether the chosen or requested size fits.
+      type: bool
+    explain:
+      description: Lines a person reads, with the arithmetic.
+      type: list
+      elements: str
+    picture:
+      description: The memory budget drawn as a stacked text bar.
+      type: list
+      elements: str
+    warnings:
+      description: Things to look at that do not stop the plan.
+      type: list
+      elements: str
+"""
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache import PlanError, plan
+
+
+def _merged(facts, overrides):
+    if not isinstance(facts, Mapping):
+        raise AnsibleFilterError("hicache_plan: the input must be a dict of facts and policy, got %s" % type(facts).__name__)
+    data = dict(facts)
+    data.update(overrides)
+    return data
+
+
+def hicache_plan(facts, **overrides):
+    """Return the HiCache plan for one host."""
+    try:
+        return plan(_merged(facts, overrides))
+    except PlanError as exc:
+        raise AnsibleFilterError("hicache_plan: %s" % exc, orig_exc=exc) from exc
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"hicache_plan": hicache_plan}

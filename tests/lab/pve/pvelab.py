@@ -1,0 +1,1064 @@
+"""The lab's simulated Proxmox VE node: one backend shared by the REST API (api.py) and pct (pct.py).
+
+Runs with the node's /usr/bin/python3 (3.11, stdlib only). Every behaviour that imitates PVE names its
+source in docs/lab.md ("PVE node: behaviours and sources"); "PVE:" comments below point at the same
+places in /work/shared/reference/proxmox-lxc.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import traceback
+
+NODE = "pve1"
+LAB = "/var/lib/inferops-lab"
+RUN = "/run/inferops-lab"
+PVE_ETC = "/etc/pve"
+CONF_DIR = f"{PVE_ETC}/nodes/{NODE}/lxc"
+LXC_DIR = "/var/lib/lxc"
+VZ_DIR = "/var/lib/vz"
+TMPL_DIR = f"{VZ_DIR}/template/cache"
+TASK_DIR = f"{LAB}/tasks"
+LOCK_DIR = "/run/lock/lxc"
+BRIDGE = "vmbr0"
+BRIDGE_ADDR = "10.77.0.1/24"
+NVIDIA_RUN = "/run/nvidia-lab"
+PVE_VERSION = {"version": "8.4.1", "release": "8.4", "repoid": "2a5fa54a8503f96d"}
+MIB = 1024 * 1024
+CLI_PATH = "/sbin:/bin:/usr/sbin:/usr/bin"
+# Storages of the simulated node: both are plain directories (docs/lab.md, "Storage").
+STORAGES = {
+    "local": {"type": "dir", "path": VZ_DIR, "content": "vztmpl,iso,backup,rootdir,images"},
+    "local-lvm": {"type": "lvmthin", "path": f"{VZ_DIR}/lab-lvm", "content": "rootdir,images"},
+}
+LOCK_VALUES = {"backup", "create", "destroyed", "disk", "fstrim", "migrate", "mounted", "rollback",
+               "snapshot", "snapshot-delete"}
+
+
+class PVEError(Exception):
+    """An error as PVE reports it: HTTP code, message, optional per-parameter errors."""
+
+    def __init__(self, msg: str, code: int = 500, errors: dict | None = None):
+        super().__init__(msg)
+        self.msg = msg
+        self.code = code
+        self.errors = errors
+
+
+def param_error(errors: dict) -> PVEError:
+    # PVE::Exception::raise_param_exc: code 400, "Parameter verification failed."
+    return PVEError("Parameter verification failed.", 400, errors)
+
+
+def perm_error(what: str) -> PVEError:
+    # PVE::Exception::raise_perm_exc: code 403, "Permission check failed (<what>)"
+    return PVEError(f"Permission check failed ({what})", 403)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config files: /etc/pve/lxc/<vmid>.conf in pct.conf(5) format
+# ---------------------------------------------------------------------------------------------
+
+def conf_path(vmid: int) -> str:
+    return f"{CONF_DIR}/{int(vmid)}.conf"
+
+
+def parse_conf(raw: str) -> dict:
+    conf: dict = {}
+    desc: list[str] = []
+    lxc: list[tuple[str, str]] = []
+    rest: list[str] = []
+    in_section = False
+    for line in raw.splitlines():
+        if in_section or line.startswith("["):
+            in_section = True  # [pending] and snapshot sections: kept verbatim, not interpreted
+            rest.append(line)
+            continue
+        if line.startswith("#"):
+            desc.append(line[1:])
+            continue
+        if not line.strip():
+            continue
+        m = re.match(r"^(lxc\.[a-z0-9_.\-]+)\s*[:=]\s*(.*)$", line)
+        if m:
+            lxc.append((m.group(1), m.group(2).strip()))
+            continue
+        m = re.match(r"^([a-z][a-z0-9_\-]*):\s*(.*)$", line)
+        if m:
+            conf[m.group(1)] = m.group(2).strip()
+    if desc:
+        conf["description"] = "\n".join(desc)
+    conf["lxc"] = lxc
+    conf["_rest"] = rest
+    return conf
+
+
+def format_conf(conf: dict) -> str:
+    out = []
+    if conf.get("description"):
+        out += ["#" + line for line in str(conf["description"]).split("\n")]
+    for key in sorted(k for k in conf if k not in ("lxc", "description", "digest", "_rest")):
+        out.append(f"{key}: {conf[key]}")
+    for key, value in conf.get("lxc", []):
+        out.append(f"{key}: {value}")
+    if conf.get("_rest"):
+        out.append("")
+        out += conf["_rest"]
+    return "\n".join(out) + "\n"
+
+
+def digest_of(raw: str) -> str:
+    # PVE: the config digest is the SHA1 of the raw file (PVE::Tools, pct.conf parser).
+    return hashlib.sha1(raw.encode()).hexdigest()
+
+
+def ct_exists(vmid: int) -> bool:
+    return os.path.exists(conf_path(vmid))
+
+
+def load_config(vmid: int) -> dict:
+    try:
+        with open(conf_path(vmid)) as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise PVEError(f"Configuration file 'nodes/{NODE}/lxc/{int(vmid)}.conf' does not exist") from None
+    conf = parse_conf(raw)
+    conf["digest"] = digest_of(raw)
+    return conf
+
+
+def write_config(vmid: int, conf: dict) -> None:
+    os.makedirs(CONF_DIR, exist_ok=True)
+    path = conf_path(vmid)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(format_conf(conf))
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def config_lock(vmid: int, timeout: float = 10.0):
+    """PVE::AbstractConfig::lock_config: flock on /run/lock/lxc/pve-config-<vmid>.lock, 10 s timeout."""
+    os.makedirs(LOCK_DIR, exist_ok=True)
+    path = f"{LOCK_DIR}/pve-config-{int(vmid)}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.time() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise PVEError(f"can't lock file '{path}' - got timeout") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_lock(conf: dict) -> None:
+    # PVE::AbstractConfig::check_lock: "CT is locked (<lock>)"
+    if conf.get("lock"):
+        raise PVEError(f"CT is locked ({conf['lock']})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Option parsing and validation (the subset of pct.conf(5) the collection uses)
+# ---------------------------------------------------------------------------------------------
+
+def parse_prop_string(value: str, default_key: str | None = None) -> dict:
+    res: dict = {}
+    for part in str(value).split(","):
+        if not part:
+            continue
+        if "=" in part:
+            k, v = part.split("=", 1)
+            res[k.strip()] = v.strip()
+        elif default_key and default_key not in res:
+            res[default_key] = part.strip()
+        else:
+            raise ValueError(f"invalid format - missing key in comma-separated list property: '{part}'")
+    return res
+
+
+def parse_dev(value: str) -> dict:
+    # pct.conf: dev[n]: [[path=]<Path>] [,deny-write=<1|0>] [,gid=<integer>] [,mode=<Octal access mode>] [,uid=<integer>]
+    d = parse_prop_string(value, "path")
+    for k in d:
+        if k not in ("path", "deny-write", "gid", "mode", "uid"):
+            raise ValueError(f"invalid format - property '{k}' is not defined in schema")
+    path = d.get("path", "")
+    if not path.startswith("/dev/") or "/./" in path or "/../" in path:
+        raise ValueError(f"invalid format - value does not look like a valid device path")
+    if "mode" in d and not re.fullmatch(r"0[0-7]{3}", d["mode"]):
+        raise ValueError("invalid format - value does not look like a valid file access mode")
+    for k in ("uid", "gid"):
+        if k in d and not re.fullmatch(r"\d+", d[k]):
+            raise ValueError(f"invalid format - {k}: type check ('integer') failed")
+    return d
+
+
+def device_mode_and_rdev(path: str) -> os.stat_result:
+    # PVE::LXC::Tools::get_device_mode_and_rdev
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise PVEError(f"Device {path} does not exist") from None
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        raise PVEError(f"{path} is not a device")
+    return st
+
+
+def parse_net(value: str) -> dict:
+    d = parse_prop_string(value)
+    if "name" not in d:
+        raise ValueError("invalid format - missing property 'name'")
+    return d
+
+
+def _int_opt(lo: int | None = None, hi: int | None = None):
+    def check(v):
+        if not re.fullmatch(r"-?\d+", str(v)):
+            raise ValueError("type check ('integer') failed - got '%s'" % v)
+        iv = int(v)
+        if lo is not None and iv < lo:
+            raise ValueError(f"value must have a minimum value of {lo}")
+        if hi is not None and iv > hi:
+            raise ValueError(f"value must have a maximum value of {hi}")
+        return str(iv)
+    return check
+
+
+def _bool_opt(v):
+    s = str(v).lower()
+    if s in ("1", "true", "yes", "on"):
+        return "1"
+    if s in ("0", "false", "no", "off"):
+        return "0"
+    raise ValueError(f"type check ('boolean') failed - got '{v}'")
+
+
+def _str_opt(v):
+    return str(v)
+
+
+def _lock_opt(v):
+    if v not in LOCK_VALUES:
+        raise ValueError(f"value '{v}' does not have a value in the enumeration '{', '.join(sorted(LOCK_VALUES))}'")
+    return v
+
+
+def _dev_opt(v):
+    parse_dev(v)
+    return str(v)
+
+
+def _net_opt(v):
+    d = parse_net(v)
+    if "hwaddr" not in d:  # PVE generates a MAC when none is given
+        mac = "BC:24:11:%02X:%02X:%02X" % tuple(random.randrange(256) for _ in range(3))
+        v = f"{v},hwaddr={mac}"
+    return str(v)
+
+
+OPTIONS = {
+    "arch": _str_opt, "cmode": _str_opt, "console": _bool_opt, "cores": _int_opt(1, 8192),
+    "cpulimit": _str_opt, "cpuunits": _int_opt(0, 500000), "description": _str_opt,
+    "features": _str_opt, "hookscript": _str_opt, "hostname": _str_opt, "lock": _lock_opt,
+    "memory": _int_opt(16), "nameserver": _str_opt, "onboot": _bool_opt, "ostype": _str_opt,
+    "protection": _bool_opt, "rootfs": _str_opt, "searchdomain": _str_opt, "startup": _str_opt,
+    "swap": _int_opt(0), "tags": _str_opt, "template": _bool_opt, "timezone": _str_opt,
+    "tty": _int_opt(0, 6), "unprivileged": _bool_opt, "entrypoint": _str_opt, "env": _str_opt,
+}
+INDEXED = {"net": (_net_opt, 32), "mp": (_str_opt, 256), "dev": (_dev_opt, 256), "unused": (_str_opt, 256)}
+
+
+def option_checker(key: str):
+    if key in OPTIONS:
+        return OPTIONS[key]
+    m = re.fullmatch(r"([a-z]+)(\d+)", key)
+    if m and m.group(1) in INDEXED and int(m.group(2)) < INDEXED[m.group(1)][1]:
+        return INDEXED[m.group(1)][0]
+    return None
+
+
+def validate_options(params: dict, allowed_extra=()) -> dict:
+    """Validates config options; returns normalised values. Unknown keys fail as in PVE's JSON schema."""
+    errors = {}
+    out = {}
+    for key, value in params.items():
+        if key in allowed_extra:
+            continue
+        check = option_checker(key)
+        if check is None:
+            errors[key] = "property is not defined in schema and the schema does not allow additional properties"
+            continue
+        try:
+            out[key] = check(value)
+        except ValueError as e:
+            errors[key] = str(e)
+    if errors:
+        raise param_error(errors)
+    return out
+
+
+def check_modify_perm(user: str, keys, conf: dict | None = None) -> None:
+    """PVE::LXC::check_ct_modify_config_perm: options only root@pam may change (proxmox-lxc.md §1.1)."""
+    if user == "root@pam":
+        return
+    for key in keys:
+        if re.fullmatch(r"dev\d+", key):
+            raise perm_error("configuring device passthrough is only allowed for root@pam")
+        if key == "hookscript":
+            raise perm_error("changing the hookscript is only allowed for root@pam")
+        if key == "lock":
+            raise perm_error("changing the lock is only allowed for root@pam")
+        if re.fullmatch(r"mp\d+", key):
+            mp = (conf or {}).get(key)
+            if mp is not None and str(mp).split(",")[0].startswith("/"):
+                raise perm_error("Only root can pass arbitrary filesystem paths.")
+        if key == "features" and conf is not None and conf.get("unprivileged") != "1":
+            raise perm_error("changing feature flags for privileged container is only allowed for root@pam")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks: UPIDs, logs, status (PVE::RESTEnvironment::fork_worker semantics)
+# ---------------------------------------------------------------------------------------------
+
+def proc_starttime(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+        return int(data.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def make_upid(pid: int, ttype: str, tid: str, user: str, starttime: int | None = None) -> str:
+    # proxmox-lxc.md §3: UPID:<node>:<pid hex>:<pstart hex>:<starttime hex>:<type>:<id>:<user>:
+    pstart = proc_starttime(pid) or 0
+    starttime = starttime or int(time.time())
+    return f"UPID:{NODE}:{pid:08X}:{pstart:08X}:{starttime:08X}:{ttype}:{tid}:{user}:"
+
+
+def parse_upid(upid: str) -> dict:
+    m = re.fullmatch(r"UPID:([a-zA-Z0-9.\-]+):([0-9A-Fa-f]{8}):([0-9A-Fa-f]{8,9}):([0-9A-Fa-f]{8}):([^:\s]+):([^:\s]*):([^:\s]+):", upid)
+    if not m:
+        raise PVEError("unable to parse worker upid", 400)
+    return {"upid": upid, "node": m.group(1), "pid": int(m.group(2), 16), "pstart": int(m.group(3), 16),
+            "starttime": int(m.group(4), 16), "type": m.group(5), "id": m.group(6), "user": m.group(7)}
+
+
+def task_file(upid: str, ext: str) -> str:
+    return f"{TASK_DIR}/{upid.replace(':', '_')}.{ext}"
+
+
+class Task:
+    """One running task: writes its log like PVE (lines, then TASK OK / TASK ERROR: ...)."""
+
+    def __init__(self, ttype: str, tid, user: str, echo: bool = False):
+        os.makedirs(TASK_DIR, exist_ok=True)
+        self.upid = make_upid(os.getpid(), ttype, str(tid), user)
+        self.echo = echo
+        self.log = open(task_file(self.upid, "log"), "a", buffering=1)
+
+    def say(self, line: str) -> None:
+        self.log.write(line.rstrip("\n") + "\n")
+        if self.echo:
+            print(line, flush=True)
+
+    def finish(self, error: str | None) -> None:
+        status = "OK" if error is None else error.strip()
+        if error is None:
+            self.log.write("TASK OK\n")
+        else:
+            self.log.write(f"TASK ERROR: {status}\n")
+            if self.echo:
+                print(status, file=sys.stderr, flush=True)
+        self.log.close()
+        tmp = task_file(self.upid, "status.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"exitstatus": status, "endtime": int(time.time())}, f)
+        os.replace(tmp, task_file(self.upid, "status"))
+
+
+def run_task(task: Task, func, *args) -> bool:
+    try:
+        func(task, *args)
+    except PVEError as e:
+        task.finish(e.msg)
+        return False
+    except Exception as e:  # a lab bug: keep the traceback in the task log
+        task.say(traceback.format_exc())
+        task.finish(str(e) or e.__class__.__name__)
+        return False
+    task.finish(None)
+    return True
+
+
+def task_status(upid: str) -> dict:
+    info = parse_upid(upid)
+    if info["node"] != NODE or not os.path.exists(task_file(upid, "log")):
+        raise PVEError(f"no such task", 500)
+    res = dict(info)
+    res["pstart"] = info["pstart"]
+    try:
+        with open(task_file(upid, "status")) as f:
+            st = json.load(f)
+        res.update(status="stopped", exitstatus=st["exitstatus"], endtime=st.get("endtime"))
+    except FileNotFoundError:
+        if proc_starttime(info["pid"]) == info["pstart"]:
+            res["status"] = "running"
+        else:
+            res.update(status="stopped", exitstatus="unexpected status")
+    return res
+
+
+def task_log(upid: str, start: int = 0, limit: int = 50) -> list:
+    parse_upid(upid)
+    try:
+        with open(task_file(upid, "log")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise PVEError("no such task", 500) from None
+    sel = lines[start:start + limit] if limit else lines[start:]
+    return [{"n": start + i + 1, "t": t} for i, t in enumerate(sel)]
+
+
+def list_tasks(limit: int = 50) -> list:
+    res = []
+    if not os.path.isdir(TASK_DIR):
+        return res
+    for name in sorted(os.listdir(TASK_DIR), reverse=True):
+        if name.endswith(".log"):
+            upid = name[:-4].replace("_", ":")
+            with contextlib.suppress(PVEError):
+                res.append(task_status(upid))
+    res.sort(key=lambda t: t["starttime"], reverse=True)
+    return res[:limit]
+
+
+def spawn_task(ttype: str, tid, user: str, func_name: str, args: list) -> str:
+    """Runs a task in a detached worker process (like fork_worker) and returns its UPID at once."""
+    cmd = [sys.executable, os.path.abspath(__file__), "worker", json.dumps(
+        {"type": ttype, "id": str(tid), "user": user, "func": func_name, "args": args})]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                         close_fds=True)
+    line = p.stdout.readline().decode().strip()
+    p.stdout.close()
+    import threading
+    threading.Thread(target=p.wait, daemon=True).start()
+    if not line.startswith("UPID:"):
+        raise PVEError(f"unable to start worker: {line}")
+    return line
+
+
+def worker_main(spec: dict) -> int:
+    task = Task(spec["type"], spec["id"], spec["user"])
+    print(task.upid, flush=True)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    ok = run_task(task, TASK_FUNCS[spec["func"]], *spec["args"])
+    return 0 if ok else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Container state
+# ---------------------------------------------------------------------------------------------
+
+def lxc_info(vmid: int) -> tuple[str, int | None]:
+    r = subprocess.run(["lxc-info", "-n", str(vmid), "-sHp"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "stopped", None
+    parts = r.stdout.split()
+    state = parts[0] if parts else "STOPPED"
+    pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    return ("running" if state == "RUNNING" else "stopped"), pid
+
+
+def is_running(vmid: int) -> bool:
+    return lxc_info(vmid)[0] == "running"
+
+
+def cgroup_dir(pid: int, controller: str = "memory") -> str | None:
+    """The container's limiting cgroup (lxc/<vmid>, the parent of the CT's inner 'ns')."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if controller in ctrls.split(","):
+                    if path.endswith("/ns"):
+                        path = path[:-3]
+                    return f"/sys/fs/cgroup/{controller}{path}"
+    except OSError:
+        pass
+    return None
+
+
+def _read_int(path: str, default: int = 0) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def vm_status(vmid: int) -> dict:
+    conf = load_config(vmid)
+    state, pid = lxc_info(vmid)
+    mem = int(conf.get("memory", 512)) * MIB
+    swap = int(conf.get("swap", 512)) * MIB
+    res = {"vmid": int(vmid), "name": conf.get("hostname", f"CT{vmid}"), "status": state, "type": "lxc",
+           "maxmem": mem, "maxswap": swap, "mem": 0, "swap": 0, "cpus": int(conf.get("cores", 1) or 1),
+           "cpu": 0, "uptime": 0, "maxdisk": 8 * 1024 ** 3, "disk": 0, "netin": 0, "netout": 0,
+           "diskread": 0, "diskwrite": 0, "ha": {"managed": 0}, "tags": conf.get("tags", "")}
+    if conf.get("lock"):
+        res["lock"] = conf["lock"]
+    if conf.get("template") == "1":
+        res["template"] = 1
+    if state == "running" and pid:
+        res["pid"] = pid
+        cg = cgroup_dir(pid)
+        if cg:
+            usage = _read_int(f"{cg}/memory.usage_in_bytes")
+            cache = 0
+            with contextlib.suppress(OSError):
+                for line in open(f"{cg}/memory.stat"):
+                    k, v = line.split()
+                    if k == "total_cache":
+                        cache = int(v)
+            # PVE: mem = usage minus page cache (pve-common CGroup.pm get_memory_stat), cgroup v1 analogue
+            res["mem"] = max(0, usage - cache)
+            res["swap"] = max(0, _read_int(f"{cg}/memory.memsw.usage_in_bytes") - usage)
+        st = proc_starttime(pid)
+        if st is not None:
+            hz = os.sysconf("SC_CLK_TCK")
+            with open("/proc/uptime") as f:
+                up = float(f.read().split()[0])
+            res["uptime"] = max(0, int(up - st / hz))
+    return res
+
+
+def list_cts() -> list[int]:
+    if not os.path.isdir(CONF_DIR):
+        return []
+    return sorted(int(n[:-5]) for n in os.listdir(CONF_DIR) if re.fullmatch(r"\d+\.conf", n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Translation of the PVE config into a real LXC config (PVE::LXC::update_lxc_config's job)
+# ---------------------------------------------------------------------------------------------
+
+IDMAP_BASE = 100000
+
+
+def rootfs_dir(vmid: int) -> str:
+    return f"{LXC_DIR}/{int(vmid)}/rootfs"
+
+
+def nvidia_dev(path: str) -> bool:
+    return os.path.basename(path).startswith("nvidia")
+
+
+def translate_raw_lxc(key: str, value: str) -> list[tuple[str, str]]:
+    """Raw lxc.* keys pass through; lxc.cgroup2.* keys are rewritten for this cgroup v1 host."""
+    if key.startswith("lxc.cgroup2."):
+        sub = key[len("lxc.cgroup2."):]
+        v1 = {"memory.max": "memory.limit_in_bytes", "memory.high": "memory.soft_limit_in_bytes",
+              "devices.allow": "devices.allow", "devices.deny": "devices.deny",
+              "cpuset.cpus": "cpuset.cpus", "pids.max": "pids.max"}.get(sub)
+        if v1 is None:
+            return []  # no cgroup v1 equivalent: dropped (documented in docs/lab.md)
+        return [(f"lxc.cgroup.{v1}", value)]
+    return [(key, value)]
+
+
+def build_lxc_config(vmid: int, conf: dict) -> str:
+    """The real LXC config for a PVE config. Dies like the prestart hook if a devN path is missing."""
+    vmid = int(vmid)
+    unpriv = conf.get("unprivileged") == "1"
+    mem = int(conf.get("memory", 512))
+    swap = int(conf.get("swap", 512))
+    lines = [
+        f"# generated by the inferops lab from {conf_path(vmid)}; do not edit",
+        "lxc.arch = amd64",
+        "lxc.include = /usr/share/lxc/config/debian.common.conf",
+    ]
+    if unpriv:
+        lines += ["lxc.include = /usr/share/lxc/config/debian.userns.conf",
+                  f"lxc.idmap = u 0 {IDMAP_BASE} 65536", f"lxc.idmap = g 0 {IDMAP_BASE} 65536"]
+    lines += [
+        "lxc.apparmor.profile = unconfined",
+        f"lxc.uts.name = {conf.get('hostname', f'CT{vmid}')}",
+        f"lxc.rootfs.path = dir:{rootfs_dir(vmid)}",
+        f"lxc.tty.max = {conf.get('tty', 2)}",
+        "lxc.signal.halt = SIGRTMIN+4",
+        # PVE's cgroup layout (proxmox-lxc.md §2.1): lxc/<vmid> limits, lxc/<vmid>/ns the CT's own tree.
+        "lxc.cgroup.relative = 0",
+        f"lxc.cgroup.dir.monitor = lxc.monitor/{vmid}",
+        f"lxc.cgroup.dir.container = lxc/{vmid}",
+        "lxc.cgroup.dir.container.inner = ns",
+        # memory/swap (MiB) -> cgroup v1 keys; PVE (v2) writes memory.max and memory.swap.max (§1.6).
+        f"lxc.cgroup.memory.limit_in_bytes = {mem * MIB}",
+        f"lxc.cgroup.memory.memsw.limit_in_bytes = {(mem + swap) * MIB}",
+    ]
+    if mem >= 16 * 1024:
+        lines.append(f"lxc.cgroup.memory.soft_limit_in_bytes = {(mem - 128) * MIB}")
+    if conf.get("cores"):
+        ncpu = os.cpu_count() or 1
+        lines.append(f"lxc.cgroup.cpuset.cpus = 0-{min(int(conf['cores']), ncpu) - 1}")
+    for key in sorted((k for k in conf if re.fullmatch(r"net\d+", k)), key=lambda k: int(k[3:])):
+        n = int(key[3:])
+        net = parse_net(conf[key])
+        lines += [f"lxc.net.{n}.type = veth", f"lxc.net.{n}.veth.pair = veth{vmid}i{n}",
+                  f"lxc.net.{n}.name = {net['name']}", f"lxc.net.{n}.flags = up"]
+        if net.get("bridge"):
+            lines.append(f"lxc.net.{n}.link = {net['bridge']}")
+        if net.get("hwaddr"):
+            lines.append(f"lxc.net.{n}.hwaddr = {net['hwaddr']}")
+        if net.get("ip") and net["ip"] not in ("dhcp", "manual"):
+            lines.append(f"lxc.net.{n}.ipv4.address = {net['ip']}")
+            if net.get("gw"):
+                lines.append(f"lxc.net.{n}.ipv4.gateway = {net['gw']}")
+        if net.get("mtu"):
+            lines.append(f"lxc.net.{n}.mtu = {net['mtu']}")
+    if not any(re.fullmatch(r"net\d+", k) for k in conf):
+        lines.append("lxc.net.0.type = empty")
+    devs = [(k, parse_dev(conf[k])) for k in sorted((k for k in conf if re.fullmatch(r"dev\d+", k)),
+                                                     key=lambda k: int(k[3:]))]
+    has_nvidia = False
+    for key, dev in devs:
+        path = dev["path"]
+        try:  # PVE: the prestart hook stats every devN path at each start (proxmox-lxc.md §1.1)
+            st = device_mode_and_rdev(path)
+        except PVEError:
+            raise PVEError(f"Could not get mode or device ID of {path}") from None
+        kind = "c" if stat.S_ISCHR(st.st_mode) else "b"
+        perm = "r" if dev.get("deny-write") == "1" else "rw"
+        lines.append(f"lxc.cgroup.devices.allow = {kind} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} {perm}")
+        if perm == "r":
+            lines.append(f"lxc.cgroup.devices.deny = {kind} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} w")
+        lines.append(f"lxc.mount.entry = {path} {path.lstrip('/')} none bind,create=file 0 0")
+        has_nvidia = has_nvidia or nvidia_dev(path)
+    if has_nvidia:
+        # The simulated driver is global, like the kernel module (docs/lab.md, GPU driver contract).
+        # /run is mounted first so the CT's systemd finds it mounted and keeps the bind below visible.
+        os.makedirs(NVIDIA_RUN, exist_ok=True)
+        lines += ["lxc.mount.entry = tmpfs run tmpfs rw,nosuid,nodev,mode=755,create=dir 0 0",
+                  f"lxc.mount.entry = {NVIDIA_RUN} {NVIDIA_RUN.lstrip('/')} none bind,create=dir 0 0"]
+    for key, value in conf.get("lxc", []):
+        lines += [f"{k} = {v}" for k, v in translate_raw_lxc(key, value)]
+    return "\n".join(lines) + "\n"
+
+
+def _chown_ct(path: str, unpriv: bool) -> None:
+    if unpriv:
+        os.lchown(path, IDMAP_BASE, IDMAP_BASE)
+
+
+def setup_ct_files(vmid: int, conf: dict) -> None:
+    """What PVE::LXC::Setup::Debian writes into the CT before start: hostname, hosts, interfaces."""
+    root = rootfs_dir(vmid)
+    unpriv = conf.get("unprivileged") == "1"
+    hostname = conf.get("hostname", f"CT{vmid}")
+
+    def put(rel: str, text: str) -> None:
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.islink(path):
+            os.unlink(path)
+        with open(path, "w") as f:
+            f.write(text)
+        _chown_ct(path, unpriv)
+
+    put("etc/hostname", hostname + "\n")
+    put("etc/hosts", f"127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n127.0.1.1 {hostname}\n")
+    ifaces = ["auto lo", "iface lo inet loopback", ""]
+    for key in sorted(k for k in conf if re.fullmatch(r"net\d+", k)):
+        net = parse_net(conf[key])
+        name = net["name"]
+        ip = net.get("ip")
+        if ip == "dhcp":
+            ifaces += [f"auto {name}", f"iface {name} inet dhcp", ""]
+        elif ip and ip != "manual":
+            ifaces += [f"auto {name}", f"iface {name} inet static", f"\taddress {ip}"]
+            if net.get("gw"):
+                ifaces.append(f"\tgateway {net['gw']}")
+            ifaces.append("")
+    put("etc/network/interfaces", "\n".join(ifaces) + "\n")
+
+
+def write_lxc_config(vmid: int, conf: dict) -> None:
+    text = build_lxc_config(vmid, conf)
+    os.makedirs(f"{LXC_DIR}/{int(vmid)}", exist_ok=True)
+    with open(f"{LXC_DIR}/{int(vmid)}/config", "w") as f:
+        f.write(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations (task bodies). Each takes the Task first.
+# ---------------------------------------------------------------------------------------------
+
+def template_path(volid: str) -> str:
+    m = re.fullmatch(r"([a-zA-Z0-9\-_.]+):vztmpl/([^/]+)", volid)
+    if not m or m.group(1) not in STORAGES:
+        raise param_error({"ostemplate": f"unable to parse volume ID '{volid}'"})
+    return f"{TMPL_DIR}/{m.group(2)}"
+
+
+def rootfs_volume(vmid: int, spec: str | None) -> str:
+    spec = spec or "local:8"
+    d = parse_prop_string(spec, "volume")
+    vol = d.get("volume", "local:8")
+    storage, _, size = vol.partition(":")
+    if storage not in STORAGES:
+        raise PVEError(f"storage '{storage}' does not exist")
+    if re.fullmatch(r"\d+(\.\d+)?", size):
+        name = f"{vmid}/vm-{vmid}-disk-0.raw" if STORAGES[storage]["type"] == "dir" else f"vm-{vmid}-disk-0"
+        d["volume"] = f"{storage}:{name}"
+        d["size"] = f"{size}G"
+    return ",".join([d.pop("volume")] + [f"{k}={v}" for k, v in d.items()])
+
+
+def _extract_template(task: Task, tmpl: str, root: str, unpriv: bool) -> None:
+    os.makedirs(root, exist_ok=True)
+    task.say(f"extracting archive '{tmpl}'")
+    r = subprocess.run(f"zstd -dc '{tmpl}' | tar -C '{root}' --numeric-owner --xattrs -xf -", shell=True,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PVEError(f"unable to extract template: {r.stderr.strip()}")
+    task.say(f"Total bytes read: {os.path.getsize(tmpl)}")
+    if unpriv:  # shift the ownership into the CT's idmap (PVE extracts with lxc-usernsexec)
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+                st = os.lstat(name)
+                if st.st_uid < IDMAP_BASE:
+                    mode = stat.S_IMODE(st.st_mode)
+                    os.lchown(name, st.st_uid + IDMAP_BASE, st.st_gid + IDMAP_BASE)
+                    if not stat.S_ISLNK(st.st_mode) and mode & 0o6000:
+                        os.chmod(name, mode)  # chown clears setuid/setgid bits
+
+
+def do_create(task: Task, vmid: int, params: dict, tmpl: str) -> None:
+    vmid = int(vmid)
+    conf = load_config(vmid)
+    unpriv = conf.get("unprivileged") == "1"
+    root = rootfs_dir(vmid)
+    try:
+        if os.path.exists(f"{LXC_DIR}/{vmid}"):
+            shutil.rmtree(f"{LXC_DIR}/{vmid}")
+        _extract_template(task, tmpl, root, unpriv)
+        hostname = conf.get("hostname", f"CT{vmid}")
+        task.say(f"Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{hostname}", "-f",
+                        f"{root}/etc/ssh/ssh_host_ed25519_key"], check=True, capture_output=True)
+        for suffix in ("", ".pub"):
+            _chown_ct(f"{root}/etc/ssh/ssh_host_ed25519_key{suffix}", unpriv)
+        with open(f"{root}/etc/machine-id", "w") as f:
+            f.write(os.urandom(16).hex() + "\n")
+        if params.get("ssh-public-keys"):
+            os.makedirs(f"{root}/root/.ssh", mode=0o700, exist_ok=True)
+            with open(f"{root}/root/.ssh/authorized_keys", "w") as f:
+                f.write(params["ssh-public-keys"].rstrip("\n") + "\n")
+            for p in (f"{root}/root/.ssh", f"{root}/root/.ssh/authorized_keys"):
+                _chown_ct(p, unpriv)
+        if params.get("password"):
+            subprocess.run(["chpasswd", "-R", root], input=f"root:{params['password']}\n", text=True,
+                           check=True, capture_output=True)
+        setup_ct_files(vmid, conf)
+        with config_lock(vmid):
+            conf = load_config(vmid)
+            conf.pop("lock", None)
+            write_config(vmid, conf)
+    except Exception:
+        # PVE removes the config of a failed create
+        with contextlib.suppress(OSError):
+            os.unlink(conf_path(vmid))
+        shutil.rmtree(f"{LXC_DIR}/{vmid}", ignore_errors=True)
+        raise
+    if params.get("start") in ("1", 1, True, "true"):
+        do_start(task, vmid, False)
+
+
+def _start_container(task: Task, vmid: int, conf: dict) -> None:
+    write_lxc_config(vmid, conf)  # dies "Could not get mode or device ID of ..." like the prestart hook
+    setup_ct_files(vmid, conf)
+    os.makedirs("/var/log/lxc", exist_ok=True)
+    r = subprocess.run(["lxc-start", "-n", str(vmid), "-d", "-o", f"/var/log/lxc/{vmid}.log", "-l", "INFO"],
+                       capture_output=True, text=True)
+    ok = r.returncode == 0 and subprocess.run(["lxc-wait", "-n", str(vmid), "-s", "RUNNING", "-t", "15"],
+                                              capture_output=True).returncode == 0
+    if not ok:
+        for line in (r.stderr or "").splitlines():
+            task.say(line)
+        raise PVEError(f"startup for container '{vmid}' failed")
+
+
+def do_start(task: Task, vmid: int, skiplock: bool) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        conf = load_config(vmid)
+        if not skiplock:
+            check_lock(conf)
+        if is_running(vmid):
+            raise PVEError(f"CT {vmid} already running")
+        try:
+            _start_container(task, vmid, conf)
+        except PVEError as e:
+            if e.msg.startswith("Could not get mode"):
+                task.say(f"{e.msg}")
+                raise PVEError(f"startup for container '{vmid}' failed") from None
+            raise
+
+
+def _lxc_stop(vmid: int, args: list[str]) -> int:
+    return subprocess.run(["lxc-stop", "-n", str(vmid)] + args, capture_output=True).returncode
+
+
+def do_stop(task: Task, vmid: int, skiplock: bool) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        conf = load_config(vmid)
+        if not skiplock:
+            check_lock(conf)
+    if not is_running(vmid):
+        raise PVEError(f"CT {vmid} not running")
+    _lxc_stop(vmid, ["--kill"])
+    subprocess.run(["lxc-wait", "-n", str(vmid), "-s", "STOPPED", "-t", "30"], capture_output=True)
+
+
+def do_shutdown(task: Task, vmid: int, timeout: int, force: bool) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        check_lock(load_config(vmid))
+    if not is_running(vmid):
+        raise PVEError(f"CT {vmid} not running")
+    args = ["--timeout", str(int(timeout))]
+    if not force:
+        args.append("--nokill")
+    _lxc_stop(vmid, args)
+    if is_running(vmid):
+        if force:
+            _lxc_stop(vmid, ["--kill"])
+        else:
+            raise PVEError("container did not stop")
+
+
+def do_reboot(task: Task, vmid: int, timeout: int | None) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        check_lock(load_config(vmid))
+    if not is_running(vmid):
+        raise PVEError(f"CT {vmid} not running")
+    _lxc_stop(vmid, ["--timeout", str(int(timeout or 60))])
+    if is_running(vmid):
+        _lxc_stop(vmid, ["--kill"])
+    do_start(task, vmid, False)
+
+
+def do_destroy(task: Task, vmid: int, purge: bool, force: bool) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        conf = load_config(vmid)
+        check_lock(conf)
+        if conf.get("protection") == "1":
+            raise PVEError("can't remove CT - protection mode enabled")
+        if is_running(vmid):
+            if not force:
+                raise PVEError(f"CT {vmid} is running - destroy failed")
+            _lxc_stop(vmid, ["--kill"])
+        task.say(f"destroying CT {vmid}")
+        subprocess.run(["lxc-destroy", "-n", str(vmid)], capture_output=True)
+        shutil.rmtree(f"{LXC_DIR}/{vmid}", ignore_errors=True)
+        os.unlink(conf_path(vmid))
+
+
+TASK_FUNCS = {"create": do_create, "start": do_start, "stop": do_stop, "shutdown": do_shutdown,
+              "reboot": do_reboot, "destroy": do_destroy}
+
+
+# ---------------------------------------------------------------------------------------------
+# Synchronous API operations
+# ---------------------------------------------------------------------------------------------
+
+def create_ct(vmid, params: dict, user: str) -> tuple:
+    """Validates and writes the config (lock: create); returns the task spec to run."""
+    try:
+        vmid = int(vmid)
+        assert 100 <= vmid <= 999999999
+    except (TypeError, ValueError, AssertionError):
+        raise param_error({"vmid": "invalid format - value does not look like a valid VM ID"}) from None
+    params = dict(params)
+    tmpl_volid = params.pop("ostemplate", None)
+    if not tmpl_volid:
+        raise param_error({"ostemplate": "property is missing and it is not optional"})
+    extra = ("password", "ssh-public-keys", "start", "storage", "force", "restore", "unique", "pool",
+             "ignore-unpack-errors", "bwlimit", "node", "vmid")
+    opts = validate_options(params, allowed_extra=extra)
+    check_modify_perm(user, opts.keys(), opts)
+    tmpl = template_path(tmpl_volid)
+    if not os.path.isfile(tmpl):
+        raise PVEError(f"volume '{tmpl_volid}' does not exist")
+    for key in (k for k in opts if re.fullmatch(r"dev\d+", k)):
+        device_mode_and_rdev(parse_dev(opts[key])["path"])
+    opts.setdefault("memory", "512")
+    opts.setdefault("swap", "512")
+    opts.setdefault("arch", "amd64")
+    opts.setdefault("ostype", "debian")
+    opts["rootfs"] = rootfs_volume(vmid, opts.get("rootfs") or params.get("storage") and f"{params['storage']}:8")
+    with config_lock(vmid):
+        if ct_exists(vmid):
+            raise PVEError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{NODE}'")
+        conf = dict(opts)
+        conf["lock"] = "create"
+        conf["lxc"] = []
+        write_config(vmid, conf)
+    keep = {k: params[k] for k in ("password", "ssh-public-keys", "start") if k in params}
+    return "vzcreate", vmid, "create", [vmid, keep, tmpl]
+
+
+def update_config(vmid, params: dict, user: str) -> None:
+    """PUT /config (synchronous): digest check, delete list, root@pam-only options, hotplug of memory."""
+    vmid = int(vmid)
+    params = dict(params)
+    digest = params.pop("digest", None)
+    delete = params.pop("delete", "") or ""
+    revert = params.pop("revert", None)
+    skiplock = params.pop("skiplock", None) in ("1", 1, True)
+    params.pop("node", None)
+    params.pop("vmid", None)
+    if skiplock and user != "root@pam":
+        raise PVEError("Only root may use this option.", 500)
+    del_keys = [k for k in re.split(r"[,;\s]+", delete) if k]
+    opts = validate_options(params)
+    errors = {k: "option is not defined in schema" for k in del_keys if option_checker(k) is None}
+    both = set(del_keys) & set(opts)
+    if both:
+        errors.update({k: "can't set and delete the same option" for k in both})
+    if errors:
+        raise param_error(errors)
+    if revert:
+        raise param_error({"revert": "pending changes are not simulated by the lab"})
+    with config_lock(vmid):
+        conf = load_config(vmid)
+        # PVE::Tools::assert_if_modified
+        if digest and digest != conf["digest"]:
+            raise PVEError("detected modified configuration - file changed by other user? Try again.")
+        if not skiplock and "lock" not in opts and "lock" not in del_keys:
+            check_lock(conf)
+        check_modify_perm(user, list(opts) + del_keys, {**conf, **opts})
+        for key in (k for k in opts if re.fullmatch(r"dev\d+", k)):
+            device_mode_and_rdev(parse_dev(opts[key])["path"])
+        for key in del_keys:
+            conf.pop(key, None)
+        conf.update(opts)
+        conf.pop("digest", None)
+        running = is_running(vmid)
+        write_config(vmid, conf)
+        if running and ({"memory", "swap"} & (set(opts) | set(del_keys))):
+            hotplug_memory(vmid, conf)
+
+
+def hotplug_memory(vmid: int, conf: dict) -> None:
+    """PVE writes memory.max / memory.swap.max on a running CT; the lab writes the v1 equivalents."""
+    _, pid = lxc_info(vmid)
+    cg = cgroup_dir(pid) if pid else None
+    if not cg:
+        return
+    mem = int(conf.get("memory", 512)) * MIB
+    memsw = mem + int(conf.get("swap", 512)) * MIB
+    order = ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]
+    if mem < _read_int(f"{cg}/memory.limit_in_bytes"):
+        order.reverse()  # v1 requires limit <= memsw at every step
+    for name in order:
+        value = memsw if "memsw" in name else mem
+        try:
+            with open(f"{cg}/{name}", "w") as f:
+                f.write(str(value))
+        except OSError as e:
+            raise PVEError(f"unable to hotplug memory: {name}: {e.strerror}") from None
+
+
+def get_config(vmid) -> dict:
+    conf = load_config(int(vmid))
+    res = {k: v for k, v in conf.items() if k not in ("lxc", "_rest")}
+    for k in ("memory", "swap", "cores", "tty", "cpuunits"):
+        if k in res and str(res[k]).isdigit():
+            res[k] = int(res[k])
+    for k in ("onboot", "unprivileged", "protection", "console", "template"):
+        if k in res:
+            res[k] = int(res[k])
+    if conf["lxc"]:
+        res["lxc"] = [[k, v] for k, v in conf["lxc"]]
+    return res
+
+
+def unlock(vmid) -> None:
+    vmid = int(vmid)
+    with config_lock(vmid):
+        conf = load_config(vmid)
+        conf.pop("lock", None)
+        conf.pop("digest", None)
+        write_config(vmid, conf)
+
+
+def node_status() -> dict:
+    mi = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            mi[k] = int(v.split()[0]) * 1024
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    with open("/proc/uptime") as f:
+        uptime = int(float(f.read().split()[0]))
+    u = os.uname()
+    total = mi["MemTotal"]
+    avail = mi.get("MemAvailable", mi["MemFree"])
+    return {
+        "memory": {"total": total, "used": total - avail, "free": avail, "available": avail},
+        "swap": {"total": mi.get("SwapTotal", 0), "free": mi.get("SwapFree", 0),
+                 "used": mi.get("SwapTotal", 0) - mi.get("SwapFree", 0)},
+        "uptime": uptime, "loadavg": load, "cpu": 0,
+        "cpuinfo": {"cpus": os.cpu_count(), "cores": os.cpu_count(), "sockets": 1, "model": "lab"},
+        "kversion": f"{u.sysname} {u.release} {u.version}", "pveversion": f"pve-manager/{PVE_VERSION['version']}/{PVE_VERSION['repoid']}",
+        "rootfs": {"total": shutil.disk_usage("/").total, "used": shutil.disk_usage("/").used,
+                   "free": shutil.disk_usage("/").free},
+    }
+
+
+def template_list() -> list:
+    res = []
+    if os.path.isdir(TMPL_DIR):
+        for name in sorted(os.listdir(TMPL_DIR)):
+            if name.endswith((".tar.zst", ".tar.gz", ".tar.xz")):
+                p = f"{TMPL_DIR}/{name}"
+                res.append({"volid": f"local:vztmpl/{name}", "content": "vztmpl", "format": name.split(".", 1)[1],
+                            "size": os.path.getsize(p), "ctime": int(os.path.getmtime(p))})
+    return res
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "worker":
+        return worker_main(json.loads(argv[1]))
+    print("usage: pvelab.py worker JSON", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main(sys.argv[1:]))

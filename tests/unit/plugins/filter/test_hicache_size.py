@@ -1,0 +1,64 @@
+"""Unit tests for the inferops.gpu_inference.hicache_size filter."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.gpu_inference.plugins.filter.hicache_size import FilterModule, hicache_size
+
+GIB = 2**30
+GB = 10**9
+FACTS = {
+    "mem_total_bytes": 449 * GIB,
+    "mem_available_bytes": 445 * GIB,
+    "gpu_count": 8,
+    "gpu_memory_mib": 97887,
+    "sglang_version": "0.5.9",
+    "tp_size": 8,
+    "model_preset": "kimi-k2",
+}
+
+
+def test_registered_under_its_name():
+    assert FilterModule().filters()["hicache_size"] is hicache_size
+
+
+def test_incident_host_gets_an_int_between_30_and_52():
+    size = hicache_size(FACTS)
+    assert isinstance(size, int)
+    assert 30 <= size <= 52
+
+
+def test_requested_size_that_fits_is_returned():
+    assert hicache_size(FACTS, requested_gb=20) == 20
+
+
+def test_requested_300_raises_with_the_arithmetic():
+    with pytest.raises(AnsibleFilterError, match=r"8 ranks x 300.0 GB = 2400.0 GB pinned") as info:
+        hicache_size(FACTS, requested_gb=300)
+    assert "Largest safe value: --hicache-size" in str(info.value)
+
+
+def test_0_5_4_returns_a_size_whose_power_of_two_total_fits():
+    size = hicache_size(dict(FACTS, sglang_version="0.5.4"))
+    pinned = 1 << ((size * GB) - 1).bit_length()
+    assert 8 * pinned < 445 * GIB
+    assert size < 48
+
+
+def test_nothing_fits_raises():
+    with pytest.raises(AnsibleFilterError, match="Nothing fits"):
+        hicache_size(dict(FACTS, mem_total_bytes=64 * GIB, mem_available_bytes=60 * GIB))
+
+
+@pytest.mark.parametrize(
+    "facts, message",
+    [
+        (dict(FACTS, mem_available_bytes=-5), "hicache_size: mem_available_bytes must be at least 0"),
+        (dict(FACTS, gpu_memory_mib=80), "hicache_size: gpu_memory_mib=80"),
+        (None, "hicache_size: the input must be a dict"),
+    ],
+)
+def test_bad_input(facts, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        hicache_size(facts)

@@ -1,0 +1,321 @@
+"""Unit tests for the HiCache sizing model (plugins/module_utils/hicache.py)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache as h
+
+GIB = 2**30
+GB = 10**9
+
+INCIDENT = {
+    "mem_total_bytes": 449 * GIB,
+    "mem_available_bytes": 445 * GIB,
+    "gpu_count": 8,
+    "gpu_memory_mib": 97887,
+    "sglang_version": "0.5.9",
+    "tp_size": 8,
+    "model_preset": "kimi-k2",
+}
+
+
+def plan(**overrides):
+    data = dict(INCIDENT)
+    data.update(overrides)
+    return h.plan(data)
+
+
+# ---------------------------------------------------------------- the incident (acceptance)
+
+
+def test_incident_default_policy_size_fits_under_available_minus_reserves():
+    result = plan()
+    assert 30 <= result["per_rank_gb"] <= 52
+    assert result["fits"] is True
+    assert result["ranks_per_host"] == 8
+    reserves = result["reserve_bytes"] + result["overhead_bytes"]
+    assert result["per_rank_gb"] * 8 * GB <= INCIDENT["mem_available_bytes"] - reserves
+    assert result["total_pinned_bytes"] <= result["budget_bytes"]
+    assert result["headroom_bytes"] >= 0
+    assert h.size_gb(INCIDENT) == result["per_rank_gb"]
+
+
+def test_incident_requested_300_does_not_fit_and_names_ranks_and_total():
+    result = plan(requested_gb=300)
+    assert result["fits"] is False
+    assert result["per_rank_gb"] == 0
+    text = "\n".join(result["explain"])
+    assert "8 ranks" in text
+    assert "2400.0 GB" in text
+    assert "DOES NOT FIT" in text
+    # SGLang 0.5.9's own check passes each rank alone: that is how the incident happened.
+    assert "lets every rank through" in text
+    with pytest.raises(h.PlanError, match="2400.0 GB"):
+        h.size_gb(dict(INCIDENT, requested_gb=300))
+
+
+def test_incident_on_0_5_4_power_of_two_pinned_total_fits():
+    result = plan(sglang_version="0.5.4")
+    size = result["per_rank_gb"]
+    assert 1 <= size < 40  # well below 48
+    pinned = result["pinned_per_rank_bytes"]
+    assert pinned & (pinned - 1) == 0, "0.5.4 pins a power of two"
+    assert pinned >= size * GB * 0.99
+    assert 8 * pinned <= result["budget_bytes"]
+    assert result["total_pinned_bytes"] == 8 * pinned
+
+
+def test_48_on_0_5_4_pins_549_8_gb_and_does_not_fit():
+    result = plan(sglang_version="0.5.4", requested_gb=48)
+    assert result["pinned_per_rank_bytes"] == 2**36
+    assert result["total_pinned_bytes"] == 8 * 2**36
+    assert "549.8 GB" in "\n".join(result["explain"])
+    assert result["fits"] is False
+
+
+# ---------------------------------------------------------------- version boundaries
+
+
+@pytest.mark.parametrize(
+    "version, power_of_two",
+    [("0.4.9", True), ("0.5.4", True), ("0.5.5", False), ("0.5.9", False), ("0.5.23", False)],
+)
+def test_power_of_two_pinning_boundary_0_5_4(version, power_of_two):
+    result = plan(sglang_version=version, requested_gb=20)
+    pinned = result["pinned_per_rank_bytes"]
+    assert (pinned == 2**35) is power_of_two
+    if not power_of_two:
+        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64
+
+
+def test_page_alignment_boundary_0_5_5_down_0_5_6_up_plus_one_page():
+    # Kimi-K2 at 48 GB: 683,060 raw tokens; page 64 -> 683,008 down, 683,072 up (+1 page).
+    assert plan(sglang_version="0.5.5", requested_gb=48)["host_tokens_per_rank"] == 683008
+    assert plan(sglang_version="0.5.6", requested_gb=48)["host_tokens_per_rank"] == 683072
+
+
+def test_host_larger_than_device_assertion_up_to_0_5_14():
+    # A device pool larger than what any host size allowed can hold: fails on 0.5.14, fine on 0.5.15.
+    big = {"device_pool_tokens_per_rank": 2_000_000}
+    old = plan(sglang_version="0.5.14", **big)
+    assert old["fits"] is False
+    assert "0.5.14" in "\n".join(old["explain"])
+    with pytest.raises(h.PlanError, match="device"):
+        h.size_gb(dict(INCIDENT, sglang_version="0.5.14", **big))
+    new = plan(sglang_version="0.5.15", **big)
+    assert new["fits"] is True
+    assert new["per_rank_gb"] == old["max_per_rank_gb"]
+
+
+def test_requested_size_below_device_pool_refused_on_0_5_14():
+    # 8 GB -> 113,856 tokens of Kimi-K2 <= 116,000 device tokens: SGLang <= 0.5.14 asserts.
+    result = plan(sglang_version="0.5.14", requested_gb=8, device_pool_tokens_per_rank=116000)
+    assert result["fits"] is False
+    assert "asserts host tokens > device tokens" in "\n".join(result["explain"])
+    assert plan(sglang_version="0.5.15", requested_gb=8, device_pool_tokens_per_rank=116000)["fits"] is True
+
+
+def test_device_pool_unknown_on_old_version_warns():
+    result = plan(sglang_version="0.5.14")
+    assert any("device_pool_tokens_per_rank" in w for w in result["warnings"])
+    assert not any("device_pool_tokens_per_rank" in w for w in plan(sglang_version="0.5.15")["warnings"])
+
+
+def test_sglang_guard_boundary_0_5_18_per_rank_0_5_19_divided():
+    old = "\n".join(plan(sglang_version="0.5.18", requested_gb=300)["explain"])
+    new = "\n".join(plan(sglang_version="0.5.19", requested_gb=300)["explain"])
+    assert "each rank alone" in old and "lets every rank through" in old
+    assert "/ 8 ranks" in new and "would refuse it" in new
+
+
+def test_guard_0_5_21_reads_the_container_limit():
+    limit = 100 * GIB
+    text_20 = "\n".join(plan(sglang_version="0.5.20", mem_limit_bytes=limit, requested_gb=13)["explain"])
+    text_21 = "\n".join(plan(sglang_version="0.5.21", mem_limit_bytes=limit, requested_gb=13)["explain"])
+    # 0.5.20 divides host MemAvailable (445 GiB - 10 GiB) / 8 = 58 GB; 0.5.21 the limit: 90 GiB / 8 = 12.1 GB.
+    assert "would refuse" not in text_20
+    assert "would refuse" in text_21
+
+
+def test_late_rank_double_counting_warning_from_0_5_19():
+    # A size that fits the plan but which SGLang's guard rejects for the last rank to start (sglang#38156).
+    result = plan(sglang_version="0.5.19", requested_gb=40)
+    assert result["fits"] is True
+    assert any("38156" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("0.5.9", "0.5.9"), ("v0.5.9", "0.5.9"), ("0.5.9.post1", "0.5.9"), ("0.5.10rc0", "0.5.10"), (" 0.5.9 ", "0.5.9")],
+)
+def test_version_forms(text, expected):
+    assert str(h.parse_version(text)) == expected
+
+
+def test_newer_than_known_version_warns():
+    result = plan(sglang_version="0.6.0")
+    assert any("newer than 0.5.23" in w for w in result["warnings"])
+
+
+# ---------------------------------------------------------------- layouts
+
+
+def test_dp_without_dp_attention_multiplies_ranks():
+    result = plan(tp_size=2, dp_size=4, enable_dp_attention=False)
+    assert result["ranks_per_host"] == 8
+    assert "x dp 4" in "\n".join(result["explain"])
+
+
+def test_dp_with_dp_attention_adds_no_ranks():
+    result = plan(tp_size=8, dp_size=8, enable_dp_attention=True)
+    assert result["ranks_per_host"] == 8
+    assert result["per_rank_gb"] == plan()["per_rank_gb"]
+
+
+def test_dp_attention_shrinks_attention_tp_for_gqa():
+    # Llama-3-70B, 8 KV heads: TP 8 -> 1 head/rank; with DP attention dp 4 -> attn_tp 2 -> 4 heads/rank.
+    plain = plan(model_preset="llama-3-70b")
+    dpa = plan(model_preset="llama-3-70b", dp_size=4, enable_dp_attention=True)
+    assert plain["kv_bytes_per_token"] == 40960
+    assert dpa["kv_bytes_per_token"] == 4 * 40960
+
+
+def test_pp_counts_ranks_and_stage_layers():
+    result = plan(tp_size=4, pp_size=2)
+    assert result["ranks_per_host"] == 8
+    # 61 layers over 2 stages: the larger stage has 31 layers.
+    assert result["kv_bytes_per_token"] == 576 * 2 * 31
+
+
+def test_multinode_tp16_puts_8_ranks_per_node():
+    result = plan(tp_size=16, nnodes=2)
+    assert result["ranks_per_host"] == 8
+    assert result["per_rank_gb"] == plan()["per_rank_gb"]
+
+
+def test_other_engine_ranks_share_the_budget():
+    alone = plan(tp_size=4, gpu_count=4)
+    shared = plan(tp_size=4, gpu_count=4, other_engine_ranks=4)
+    assert shared["ranks_per_host"] == 8
+    assert shared["per_rank_gb"] < alone["per_rank_gb"]
+
+
+def test_container_limit_smaller_than_host_ram_bounds_the_plan():
+    result = plan(mem_limit_bytes=200 * GIB)
+    assert result["memory_basis_bytes"] == 200 * GIB
+    assert result["per_rank_gb"] < plan()["per_rank_gb"]
+    assert result["total_pinned_bytes"] + result["reserve_bytes"] + result["overhead_bytes"] <= 200 * GIB
+
+
+def test_container_limit_above_host_ram_warns():
+    result = plan(mem_limit_bytes=500 * GIB)
+    assert any("larger than the host's RAM" in w for w in result["warnings"])
+
+
+def test_nothing_fits_on_a_small_host():
+    result = plan(mem_total_bytes=88 * GIB, mem_available_bytes=80 * GIB)
+    assert result["fits"] is False
+    assert result["per_rank_gb"] == 0
+    assert "Nothing fits" in "\n".join(result["explain"])
+    with pytest.raises(h.PlanError, match="Nothing fits"):
+        h.size_gb(dict(INCIDENT, mem_total_bytes=88 * GIB, mem_available_bytes=80 * GIB))
+
+
+def test_policy_overrides_change_the_budget():
+    lean = plan(rank_overhead_bytes=2 * GIB, frontend_overhead_bytes=2 * GIB, os_reserve_fraction=0.05)
+    assert lean["per_rank_gb"] > plan()["per_rank_gb"]
+
+
+# ---------------------------------------------------------------- KV sizes (sglang-hicache.md section 7)
+
+
+@pytest.mark.parametrize(
+    "overrides, bytes_per_token, tokens_at_48",
+    [
+        ({"model_preset": "kimi-k2"}, 70272, 683072),
+        ({"model_preset": "kimi-k2", "kv_cache_dtype": "fp8_e4m3"}, 35136, 1366144),
+        ({"model_preset": "llama-3-70b"}, 40960, 1171904),
+        ({"model_preset": "llama-3-70b", "kv_cache_dtype": "fp8_e5m2"}, 20480, 2343808),
+        ({"model_preset": "llama-3-70b", "tp_size": 4, "gpu_count": 4}, 81920, 585984),
+        ({"model_preset": "llama-3-70b", "tp_size": 1, "gpu_count": 1}, 327680, 146496),
+    ],
+)
+def test_mla_vs_gqa_bytes_and_token_capacity(overrides, bytes_per_token, tokens_at_48):
+    result = plan(requested_gb=48, mem_total_bytes=4096 * GIB, mem_available_bytes=4000 * GIB, **overrides)
+    assert result["kv_bytes_per_token"] == bytes_per_token
+    assert result["host_tokens_per_rank"] == tokens_at_48
+
+
+def test_mla_is_replicated_gqa_is_sharded():
+    assert plan(tp_size=1, gpu_count=1)["kv_bytes_per_token"] == plan(tp_size=8)["kv_bytes_per_token"]
+    llama1 = plan(model_preset="llama-3-70b", tp_size=1, gpu_count=1)["kv_bytes_per_token"]
+    llama8 = plan(model_preset="llama-3-70b", tp_size=8)["kv_bytes_per_token"]
+    assert llama1 == 8 * llama8
+
+
+def test_explicit_geometry_and_given_bytes():
+    geometry = {"model_preset": None, "model_num_layers": 61, "model_kv_lora_rank": 512, "model_qk_rope_head_dim": 64}
+    assert plan(**geometry)["kv_bytes_per_token"] == 70272
+    assert plan(model_preset=None, kv_bytes_per_token=1000)["kv_bytes_per_token"] == 1000
+
+
+def test_string_numbers_from_extra_vars_are_accepted():
+    result = plan(tp_size="8", mem_total_bytes=str(449 * GIB), requested_gb="40", enable_dp_attention="false")
+    assert result["per_rank_gb"] == 40
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"mem_available_bytes": None}, "missing required key.*mem_available_bytes"),
+        ({"sglang_version": None}, "missing required key.*sglang_version"),
+        ({"mem_total_bytes": -1}, "mem_total_bytes must be at least 0"),
+        ({"mem_available_bytes": 0}, "mem_available_bytes is 0"),
+        ({"mem_total_bytes": 449}, "GiB or GB figure passed where bytes are expected"),
+        ({"mem_available_bytes": 445 * 1024}, "MiB figure"),
+        ({"mem_limit_bytes": 64}, "mem_limit_bytes=64 is only 64 bytes"),
+        ({"mem_available_bytes": 500 * GIB}, "cannot exceed MemTotal"),
+        ({"tp_size": 3}, "do not divide the host's 8 GPUs"),
+        ({"tp_size": 16}, "16 GPU ranks on each host .* has 8 GPUs"),
+        ({"tp_size": 4, "dp_size": 4}, "16 GPU ranks"),
+        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "must divide tp_size"),
+        ({"tp_size": 12, "nnodes": 8}, "cannot be spread evenly"),
+        ({"tp_size": 0}, "tp_size must be at least 1"),
+        ({"tp_size": True}, "tp_size must be a number"),
+        ({"tp_size": "eight"}, "tp_size must be a whole number"),
+        ({"sglang_version": "latest"}, "not an SGLang release number"),
+        ({"sglang_version": "0.3.0"}, "older than 0.4.9"),
+        ({"gpu_memory_mib": 96}, "looks like GiB or GB"),
+        ({"gpu_memory_mib": 97887 * 2**20}, "looks like bytes"),
+        ({"model_preset": None}, "KV size is missing"),
+        ({"model_preset": "gpt-5"}, "model_preset 'gpt-5' is unknown"),
+        ({"model_preset": None, "model_num_layers": 61, "model_kv_lora_rank": 512}, "qk_rope_head_dim"),
+        ({"kv_cache_dtype": "int3"}, "kv_cache_dtype 'int3' is unknown"),
+        ({"requested_gb": 8.5}, "whole number of GB"),
+        ({"requested_gb": 0}, "requested_gb must be at least 1"),
+        ({"requested_gb": 300 * GB}, "looks like bytes"),
+        ({"mem_total_gb": 449}, "unknown key.*mem_total_gb: memory inputs are in bytes, use mem_total_bytes"),
+        ({"enable_dp_attention": "maybe"}, "true or false"),
+        ({"os_reserve_fraction": 1.5}, "between"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(change, message):
+    data = dict(INCIDENT)
+    data.update(change)
+    with pytest.raises(h.PlanError, match=message):
+        h.plan(data)
+
+
+def test_input_must_be_a_mapping():
+    with pytest.raises(h.PlanError, match="must be a dict"):
+        h.plan([1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_units_helpers():
+    assert h.pow2_ceil(34 * GB) == 2**35
+    assert h.pow2_ceil(2**35) == 2**35
+    assert h.fmt_gb(2400 * GB) == "2400.0 GB"
+    assert h.fmt_gib(449 * GIB) == "449.0 GiB"
