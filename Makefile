@@ -45,13 +45,17 @@ lint: setup
 	"$(BIN)/yamllint" -s .
 	"$(BIN)/ansible-lint" --offline -q
 
-# ansible-test needs the collection at .../ansible_collections/NS/NAME: copy the tracked files there.
+# ansible-test needs the collection at .../ansible_collections/NS/NAME: copy what the collection ships
+# (and its unit tests) there and run the sanity tests in ansible-test's own pinned virtualenvs.
+SANITY_PATHS := galaxy.yml meta plugins roles playbooks changelogs README.md tests/unit
 sanity: setup
+	pipver=$$(grep -oP "pip='\\K[0-9.]+" "$(VENV)"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -n1)
+	mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${pipver//./_}.py
 	rm -rf "$(BUILD_DIR)" && mkdir -p "$(BUILD_DIR)"
-	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents -P {} "$(BUILD_DIR)/" 2>/dev/null || true
+	git ls-files -co --exclude-standard -z -- $(SANITY_PATHS) | xargs -0 -r cp --parents -P -t "$(BUILD_DIR)/"
+	printf 'tests/output/\n' > "$(BUILD_DIR)/.gitignore"
 	cd "$(BUILD_DIR)" && git init -q . && git add -A >/dev/null && \
-	  "$(BIN)/ansible-test" sanity --python 3.12 --color no \
-	    --skip-test pylint --skip-test mypy --skip-test import --skip-test validate-modules
+	  "$(BIN)/ansible-test" sanity --venv --requirements --python 3.12 --color no
 
 plan: setup
 	"$(BIN)/ansible-playbook" playbooks/plan.yml $(if $(VARS),-e @$(VARS),)

@@ -32,7 +32,7 @@ EXAMPLES = r"""
     sglang_args: "--tp-size 8 --enable-hierarchical-cache --hicache-size {{ facts | inferops.gpu_inference.hicache_size }}"
   # => "--tp-size 8 --enable-hierarchical-cache --hicache-size 44" on the incident host
 
-- name: This fails with "8 ranks x 300.0 GB = 2400.0 GB pinned vs budget 352.3 GB: DOES NOT FIT"
+- name: Fails, explaining that 8 ranks x 300.0 GB = 2400.0 GB pinned does not fit the budget
   ansible.builtin.debug:
     msg: "{{ facts | inferops.gpu_inference.hicache_size(requested_gb=300) }}"
 """

@@ -188,7 +188,7 @@ def parse_meminfo(text: str) -> dict[str, Optional[int]]:
     for line in text.splitlines():
         if ":" not in line:
             continue
-        name, _, rest = line.partition(":")
+        name, _sep, rest = line.partition(":")
         fields = rest.split()
         if not fields:
             continue
@@ -329,7 +329,7 @@ def parse_environ(data: bytes) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in data.split(b"\0"):
         if b"=" in item:
-            key, _, value = item.partition(b"=")
+            key, _sep, value = item.partition(b"=")
             env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
     return env
 

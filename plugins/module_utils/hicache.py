@@ -293,9 +293,15 @@ def _kv_bytes_per_token(data: Mapping[str, Any], tp_size: int, pp_size: int, dp_
         for key in ("kv_lora_rank", "qk_rope_head_dim"):
             if key not in geometry:
                 raise PlanError("model_%s is missing: an MLA model's KV size needs kv_lora_rank and qk_rope_head_dim" % key)
-        kv_dim = _as_int("model_kv_lora_rank", geometry["kv_lora_rank"], 1) + _as_int("model_qk_rope_head_dim", geometry["qk_rope_head_dim"], 0)
+        kv_dim = _as_int("model_kv_lora_rank", geometry["kv_lora_rank"], 1) + _as_int(
+            "model_qk_rope_head_dim", geometry["qk_rope_head_dim"], 0
+        )
         # MLA KV is replicated on every TP rank.
-        return kv_dim * dtype_bytes * stage_layers, "MLA: (%d) x %d B x %d layers, replicated on every rank" % (kv_dim, dtype_bytes, stage_layers)
+        return kv_dim * dtype_bytes * stage_layers, "MLA: (%d) x %d B x %d layers, replicated on every rank" % (
+            kv_dim,
+            dtype_bytes,
+            stage_layers,
+        )
     for key in ("num_kv_heads", "head_dim"):
         if key not in geometry:
             raise PlanError("model_%s is missing: an MHA/GQA model's KV size needs num_kv_heads and head_dim" % key)
@@ -361,7 +367,9 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
             "(nvidia-smi --query-gpu=memory.total --format=csv,nounits reports MiB)" % gpu_memory_mib
         )
     if gpu_memory_mib > 16 * 1024 * 1024:
-        raise PlanError("gpu_memory_mib=%d is more than 16 TiB per GPU: it looks like bytes were passed where MiB are expected" % gpu_memory_mib)
+        raise PlanError(
+            "gpu_memory_mib=%d is more than 16 TiB per GPU: it looks like bytes were passed where MiB are expected" % gpu_memory_mib
+        )
 
     tp = _as_int("tp_size", data.get("tp_size", 1), 1)
     pp = _as_int("pp_size", data.get("pp_size", 1), 1)
@@ -403,7 +411,8 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
         if requested * GB_BYTES > 64 * total:
             raise PlanError(
                 "requested_gb=%d is GB per rank, i.e. %s per rank on a host with %s of RAM: "
-                "it looks like bytes or MiB were passed; --hicache-size takes decimal GB" % (requested, fmt_gb(requested * GB_BYTES), fmt_gib(total))
+                "it looks like bytes or MiB were passed; --hicache-size takes decimal GB"
+                % (requested, fmt_gb(requested * GB_BYTES), fmt_gib(total))
             )
 
     return PlanInput(
@@ -563,12 +572,15 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
             warnings.append(
                 "SGLang %s asserts at start-up that the host pool holds more tokens than the device pool; "
                 "%d host tokens per rank do not exceed what %d MiB of GPU memory could hold. Pass "
-                "device_pool_tokens_per_rank (max_total_num_tokens from /server_info) to check it" % (v, host_tokens(max_gb, kv, page, v), inp.gpu_memory_mib)
+                "device_pool_tokens_per_rank (max_total_num_tokens from /server_info) to check it"
+                % (v, host_tokens(max_gb, kv, page, v), inp.gpu_memory_mib)
             )
 
     chosen = inp.requested_gb if inp.requested_gb is not None else max_gb
     fits_budget = chosen >= 1 and chosen <= max_gb
-    fits_device = not (v.asserts_host_exceeds_device and device_tokens is not None and chosen >= 1 and host_tokens(chosen, kv, page, v) <= device_tokens)
+    fits_device = not (
+        v.asserts_host_exceeds_device and device_tokens is not None and chosen >= 1 and host_tokens(chosen, kv, page, v) <= device_tokens
+    )
     fits = fits_budget and fits_device
 
     pinned = pinned_bytes_per_rank(chosen, kv, page, v) if chosen >= 1 else 0
@@ -584,9 +596,14 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
     explain: List[str] = [
         "SGLang %s: --hicache-size is decimal GB (1e9 bytes) PER RANK; each of the %d scheduler ranks on this host "
         "pins its own pool via %s." % (v, ranks, v.allocation),
-        "Ranks on this host: %s = %d%s." % (layout, engine_ranks, (" + %d of other engines = %d" % (pol["other_engine_ranks"], ranks)) if pol["other_engine_ranks"] else ""),
+        "Ranks on this host: %s = %d%s."
+        % (layout, engine_ranks, (" + %d of other engines = %d" % (pol["other_engine_ranks"], ranks)) if pol["other_engine_ranks"] else ""),
         "Memory basis: min(MemAvailable %s, container limit %s) = %s."
-        % (fmt_both(inp.mem_available_bytes), fmt_both(inp.mem_limit_bytes) if inp.mem_limit_bytes is not None else "none", fmt_both(basis)),
+        % (
+            fmt_both(inp.mem_available_bytes),
+            fmt_both(inp.mem_limit_bytes) if inp.mem_limit_bytes is not None else "none",
+            fmt_both(basis),
+        ),
         "  - OS reserve: max(%s, %d%% of %s RAM) = %s"
         % (fmt_gib(pol["os_reserve_min_bytes"]), round(pol["os_reserve_fraction"] * 100), fmt_gib(ram), fmt_gb(reserve)),
         "  - process overhead: %d ranks x %s + front-end %s = %s"
@@ -635,7 +652,12 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
         if max_gb >= min_gb:
             explain.append(
                 "Largest safe value: --hicache-size %d (%d x %s = %s pinned)."
-                % (max_gb, ranks, fmt_gb(pinned_bytes_per_rank(max_gb, kv, page, v)), fmt_gb(ranks * pinned_bytes_per_rank(max_gb, kv, page, v)))
+                % (
+                    max_gb,
+                    ranks,
+                    fmt_gb(pinned_bytes_per_rank(max_gb, kv, page, v)),
+                    fmt_gb(ranks * pinned_bytes_per_rank(max_gb, kv, page, v)),
+                )
             )
     if inp.requested_gb is None or fits:
         if chosen >= 1 and fits:
@@ -646,7 +668,11 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
                     ranks,
                     fmt_gb(pinned),
                     fmt_gb(total_pinned),
-                    (" (each %d GB pool rounded up to a power of two, 2^%d bytes)" % (chosen, pinned.bit_length() - 1)) if v.pins_power_of_two else "",
+                    (
+                        (" (each %d GB pool rounded up to a power of two, 2^%d bytes)" % (chosen, pinned.bit_length() - 1))
+                        if v.pins_power_of_two
+                        else ""
+                    ),
                     fmt_gb(headroom),
                     tokens,
                 )
@@ -655,7 +681,8 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
         if max_gb < 1:
             explain.append(
                 "Nothing fits: %s per rank is less than the smallest pool (1 GB%s). Free memory, raise the container limit, "
-                "or lower the reserve/overhead policy if you have measured it." % (fmt_gb(per_rank_budget), ", pinned as a power of two" if v.pins_power_of_two else "")
+                "or lower the reserve/overhead policy if you have measured it."
+                % (fmt_gb(per_rank_budget), ", pinned as a power of two" if v.pins_power_of_two else "")
             )
         else:
             explain.append(

@@ -91,7 +91,7 @@ def parse_property_string(value: str, default_key: Optional[str] = None) -> dict
         if not item:
             continue
         if "=" in item:
-            key, _, val = item.partition("=")
+            key, _sep, val = item.partition("=")
             key = key.strip()
         elif position == 0 and default_key:
             key, val = default_key, item
@@ -649,7 +649,7 @@ def normalize_token(api_user: Optional[str], api_token_id: str) -> tuple[str, st
     """(user, token name) from api_user and api_token_id; api_token_id may be 'user@realm!name'."""
     token = api_token_id.strip()
     if "!" in token:
-        user, _, name = token.partition("!")
+        user, _sep, name = token.partition("!")
         if api_user and api_user != user:
             raise ConfigError(
                 f"api_token_id {token!r} belongs to {user}, but api_user is {api_user}; "
@@ -695,7 +695,6 @@ class ApiError:
 
 _ROOT_ONLY_PATTERNS = (
     "only allowed for root@pam",
-    "device passthrough",
     "only root can pass arbitrary filesystem paths",
     "only root can set 'hookscript'",
 )
@@ -720,8 +719,16 @@ def classify_api_error(
     names = {n.lower() for n in exc_names}
     low = text.lower()
 
-    if any(p in low for p in _ROOT_ONLY_PATTERNS):
+    if "device passthrough" in low or ("root@pam" in low and re.search(r"\bdev\d+\b", low)):
         return ApiError("passthrough_root_only", f"PVE refused the change: {text.strip()}. " + passthrough_guidance())
+    if any(p in low for p in _ROOT_ONLY_PATTERNS):
+        return ApiError(
+            "root_only",
+            f"PVE refused the change: {text.strip()}. PVE lets only root@pam change this option, and an API token "
+            "is never root@pam (not even root@pam!<token>). Log in with api_user: root@pam and api_password from "
+            "Vault, without api_token_id/api_token_secret; or run the module on the PVE node as root without "
+            "api_host (pvesh acts as root@pam).",
+        )
 
     if "sslerror" in names or "certificate verify failed" in low or "certificate_verify_failed" in low:
         if "hostname mismatch" in low or "doesn't match" in low or "not valid for" in low:

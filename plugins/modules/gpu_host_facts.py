@@ -11,7 +11,7 @@ module: gpu_host_facts
 short_description: Gather NVIDIA GPU, host memory, cgroup and container facts
 version_added: 0.1.0
 author:
-  - inferops team
+  - inferops team (@inferops)
 description:
   - Reads, without changing anything, the facts a GPU inference deployment needs about a
     Proxmox VE node or about an LXC container on it.
@@ -49,11 +49,14 @@ options:
     default: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module never changes anything.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
   - Values in C(gpus) that C(nvidia-smi) reports as C([N/A]) or C([Not Supported]) are V(null).

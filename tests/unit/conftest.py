@@ -1,4 +1,5 @@
 """Make `ansible_collections.inferops.gpu_inference` importable from a plain checkout."""
+
 import os
 import sys
 

@@ -501,11 +501,25 @@ def serve(cfg):
     running = [True]
 
     def stop(*_):
+        # select() is restarted after a handler that returns (PEP 475): raise to leave the loop.
         running[0] = False
+        raise SystemExit(0)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     sys.stdout.write("driverd: serving %d GPU(s), driver %s, on %s\n" % (len(drv.gpus), cfg["driver_version"], SOCK_PATH))
     sys.stdout.flush()
+    try:
+        loop(srv, sel, bufs, drv, running)
+    except SystemExit:
+        pass
+    try:
+        os.unlink(SOCK_PATH)
+    except OSError:
+        pass
+    drv.save()
+
+
+def loop(srv, sel, bufs, drv, running):
     while running[0]:
         try:
             events = sel.select(timeout=None)
@@ -555,12 +569,13 @@ def serve(cfg):
                     conn.setblocking(False)
                 except OSError:
                     break
-    try:
-        os.unlink(SOCK_PATH)
-    except OSError:
-        pass
-    drv.save()
 
 
 if __name__ == "__main__":
-    serve(load_config())
+    if len(sys.argv) == 3 and sys.argv[1] == "--config":
+        with open(sys.argv[2]) as f:
+            _cfg = dict(DEFAULTS)
+            _cfg.update(json.load(f))
+    else:
+        _cfg = load_config()
+    serve(_cfg)

@@ -311,7 +311,7 @@ class Handler(BaseHTTPRequestHandler):
                 skiplock = p.get("skiplock") in ("1", "true")
                 if skiplock and user != "root@pam":
                     raise PVEError("Only root may use this option.", 500)
-                conf = pve.load_config(vmid)
+                pve.load_config(vmid)
                 if action == "start":
                     return pve.spawn_task("vzstart", vmid, user, "start", [vmid, skiplock])
                 if action == "stop":
@@ -322,7 +322,6 @@ class Handler(BaseHTTPRequestHandler):
                                           [vmid, int(p.get("timeout") or 60), force])
                 if action == "reboot":
                     return pve.spawn_task("vzreboot", vmid, user, "reboot", [vmid, p.get("timeout")])
-                del conf
         raise PVEError(f"Method '{method} /nodes/{pve.NODE}/lxc/{vmid}/{'/'.join(rest)}' not implemented", 501)
 
     @staticmethod

@@ -7,7 +7,6 @@ places in /work/shared/reference/proxmox-lxc.md.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -15,7 +14,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -481,13 +479,15 @@ def worker_main(spec: dict) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def lxc_info(vmid: int) -> tuple[str, int | None]:
-    r = subprocess.run(["lxc-info", "-n", str(vmid), "-sHp"], capture_output=True, text=True)
+    r = subprocess.run(["lxc-info", "-n", str(vmid), "-s", "-p"], capture_output=True, text=True)
     if r.returncode != 0:
         return "stopped", None
-    parts = r.stdout.split()
-    state = parts[0] if parts else "STOPPED"
-    pid = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-    return ("running" if state == "RUNNING" else "stopped"), pid
+    info = {}
+    for line in r.stdout.splitlines():
+        k, _, v = line.partition(":")
+        info[k.strip()] = v.strip()
+    pid = int(info["PID"]) if info.get("PID", "").isdigit() else None
+    return ("running" if info.get("State") == "RUNNING" else "stopped"), pid
 
 
 def is_running(vmid: int) -> bool:
@@ -501,9 +501,8 @@ def cgroup_dir(pid: int, controller: str = "memory") -> str | None:
             for line in f:
                 _, ctrls, path = line.rstrip("\n").split(":", 2)
                 if controller in ctrls.split(","):
-                    if path.endswith("/ns"):
-                        path = path[:-3]
-                    return f"/sys/fs/cgroup/{controller}{path}"
+                    m = re.match(r"^(/lxc/\d+)(/|$)", path)  # the CT's own tree lives below lxc/<vmid>/ns
+                    return f"/sys/fs/cgroup/{controller}{m.group(1) if m else path}"
     except OSError:
         pass
     return None
@@ -794,7 +793,22 @@ def do_create(task: Task, vmid: int, params: dict, tmpl: str) -> None:
         do_start(task, vmid, False)
 
 
+def cleanup_cgroups(vmid: int) -> None:
+    """Removes empty cgroups a stopped or failed CT left behind (with fixed cgroup dirs, LXC refuses to
+    start when lxc.monitor/<vmid> still exists)."""
+    base = "/sys/fs/cgroup"
+    for hier in os.listdir(base):
+        for top in (f"lxc/{vmid}", f"lxc.monitor/{vmid}", f"lxc.pivot/{vmid}"):
+            root = os.path.join(base, hier, top)
+            if not os.path.isdir(root) or os.path.islink(os.path.join(base, hier)):
+                continue
+            for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda e: -e[0].count("/")):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
+
+
 def _start_container(task: Task, vmid: int, conf: dict) -> None:
+    cleanup_cgroups(vmid)
     write_lxc_config(vmid, conf)  # dies "Could not get mode or device ID of ..." like the prestart hook
     setup_ct_files(vmid, conf)
     os.makedirs("/var/log/lxc", exist_ok=True)

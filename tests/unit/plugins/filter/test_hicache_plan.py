@@ -1,4 +1,5 @@
 """Unit tests for the inferops.gpu_inference.hicache_plan filter."""
+
 from __future__ import annotations
 
 import pytest

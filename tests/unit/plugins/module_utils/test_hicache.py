@@ -1,4 +1,5 @@
 """Unit tests for the HiCache sizing model (plugins/module_utils/hicache.py)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,0 +1,755 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pve_lxc
+short_description: Make a Proxmox VE LXC container match a declared config, with NVIDIA GPU passthrough
+version_added: 0.1.0
+author:
+  - inferops team (@inferops)
+description:
+  - Creates, configures, starts, stops and removes one Proxmox VE LXC container through the PVE REST API
+    (proxmoxer).
+  - "What it adds to M(community.proxmox.proxmox): (1) an idempotent config update that compares the declared
+    options with the container's config after normalising PVE's formatting (key order inside option strings,
+    C(size=) and C(hwaddr=) filled in by PVE, booleans as 1/0, the allocation form C(local-lvm:8) against the
+    allocated volume), sends only the difference with the C(digest) it read, so that a concurrent change is
+    refused rather than overwritten, and removes keys with C(delete=); (2) check mode and C(--diff) in PVE's
+    conf text form; (3) NVIDIA GPU passthrough as native C(devN) entries (PVE 8.1 and later); (4) a clear
+    message when PVE refuses C(devN) because the login is not C(root@pam) with a password; (5) waiting on
+    every task (UPID) with a timeout, reporting the task's exit status and log on failure, and a stop that
+    tries a clean shutdown (with PVE's C(timeout)) before a hard stop."
+  - Only the declared options are managed; other keys of the container's config are left alone unless listed
+    in O(delete) or given as V(null) in O(extra_config).
+  - Memory options carry their unit in their name (O(memory_mib), O(swap_mib)).
+options:
+  vmid:
+    description: The container ID.
+    type: int
+    required: true
+  node:
+    description: The PVE node that holds (or will hold) the container.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) creates the container if missing and makes its config match, without changing whether it runs.
+      - V(started) and V(stopped) do the same, then start or stop it.
+      - V(absent) stops it (shutdown, then stop) and removes it.
+    type: str
+    choices: [present, started, stopped, absent]
+    default: present
+  ostemplate:
+    description:
+      - The template to create the container from, e.g. C(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst).
+      - Required when the container does not exist yet; ignored otherwise.
+    type: str
+  hostname:
+    description: The container's host name (PVE option C(hostname)).
+    type: str
+  cores:
+    description: Number of CPU cores (PVE option C(cores)).
+    type: int
+  memory_mib:
+    description:
+      - Memory limit in MiB (PVE option C(memory)); it becomes the cgroup's C(memory.max).
+    type: int
+  swap_mib:
+    description: Swap limit in MiB (PVE option C(swap)).
+    type: int
+  rootfs:
+    description:
+      - The root volume (PVE option C(rootfs)), e.g. C(local-lvm:8) (allocate 8 GiB on local-lvm) or
+        C(local-lvm:vm-129-disk-0,size=8G).
+      - The allocation form matches an existing volume on the same storage with the same size. This module does
+        not resize or move volumes and says so when the declared value would need it.
+    type: str
+  net:
+    description:
+      - "Network interfaces, a dict of C(netN) keys to PVE option strings (or dicts), e.g.
+        C({net0: 'name=eth0,bridge=vmbr0,ip=dhcp'})."
+      - C(hwaddr) and C(type) filled in by PVE are kept when not declared. Interfaces not listed are left alone.
+    type: dict
+  features:
+    description:
+      - "Container features as a string (C(nesting=1,keyctl=1)) or a dict (C({nesting: true, keyctl: true}))."
+    type: raw
+  gpu_passthrough:
+    description:
+      - NVIDIA devices to pass through as native C(devN) entries.
+      - A count N gives C(/dev/nvidia0) to C(/dev/nvidia{N-1}); a list gives device paths (an integer item I means
+        C(/dev/nvidiaI)). C(/dev/nvidiactl), C(/dev/nvidia-uvm) and C(/dev/nvidia-uvm-tools) are added whenever a
+        GPU node is passed. V(0) or V([]) removes all NVIDIA C(devN) entries. Leave unset to leave them alone.
+      - Devices already passed through keep their C(devN) index; new ones take the lowest free index. C(devN)
+        entries for non-NVIDIA paths are left alone.
+      - Only C(root@pam) with a password (O(api_user=root@pam) and O(api_password)) may set C(devN) through the
+        API; API tokens are always refused. Without O(api_host) the module uses C(pvesh) on the node, which acts as
+        root@pam.
+      - PVE checks at every container start that each path is a device node on the host; a missing node (for
+        example a not yet created C(/dev/nvidia-uvm)) makes the start fail.
+    type: raw
+  gpu_device_options:
+    description: Options added to every GPU C(devN) entry.
+    type: dict
+    suboptions:
+      uid:
+        description: Owner inside the container (default 0).
+        type: int
+      gid:
+        description: Group inside the container (default 0), e.g. 44 for C(video).
+        type: int
+      mode:
+        description: Access mode as a quoted octal string, e.g. C('0666') (PVE's default is 0660).
+        type: str
+      deny_write:
+        description: Pass the devices read-only (C(deny-write=1)).
+        type: bool
+  extra_config:
+    description:
+      - Other PVE container options, as PVE names them (e.g. C(onboot), C(tags), C(cpulimit), C(mp0), C(dev20)).
+      - A V(null) value removes the key.
+      - Raw C(lxc.*) keys are refused; they are not API parameters and live only in C(/etc/pve/lxc/<vmid>.conf).
+    type: dict
+  delete:
+    description: Config keys to remove if present (sent as C(delete=)).
+    type: list
+    elements: str
+  unprivileged:
+    description: Create an unprivileged container. Only used at creation; PVE cannot change it later.
+    type: bool
+    default: true
+  password:
+    description: Root password inside a new container. Only used at creation.
+    type: str
+  ssh_public_keys:
+    description: SSH public keys for root inside a new container (one per line). Only used at creation.
+    type: str
+  pool:
+    description: Resource pool to add a new container to. Only used at creation.
+    type: str
+  timeout:
+    description: Seconds to wait for each PVE task (create, start, stop, destroy).
+    type: int
+    default: 300
+  shutdown_timeout:
+    description:
+      - Seconds PVE gives the container to shut down cleanly (the C(timeout) of C(status/shutdown)) before the
+        module stops it hard with C(status/stop) (if O(force_stop=true)).
+    type: int
+    default: 60
+  force_stop:
+    description: Stop the container hard when a clean shutdown did not finish in O(shutdown_timeout).
+    type: bool
+    default: true
+  purge:
+    description: With O(state=absent), also remove the container from backup jobs, replication and HA.
+    type: bool
+    default: false
+  api_host:
+    description:
+      - The PVE node or cluster address. Uses E(PROXMOX_HOST) if not given.
+      - Leave unset to run C(pvesh) on the node itself (proxmoxer's C(local) backend); run the task on the PVE node
+        as root then. This acts as root@pam and may set C(devN).
+    type: str
+  api_port:
+    description: The API port (PVE's default 8006). Uses E(PROXMOX_PORT) if not given.
+    type: int
+  api_user:
+    description:
+      - The user to log in as, with its realm, e.g. C(root@pam). Uses E(PROXMOX_USER) if not given.
+      - With an API token, the token's owner.
+    type: str
+  api_password:
+    description: The password of O(api_user). Uses E(PROXMOX_PASSWORD) if not given. Keep it in Vault.
+    type: str
+  api_token_id:
+    description:
+      - The API token name (e.g. C(ansible)), or the full C(user@realm!name). Uses E(PROXMOX_TOKEN_ID) if not given.
+    type: str
+  api_token_secret:
+    description: The API token secret (a UUID). Uses E(PROXMOX_TOKEN_SECRET) if not given. Keep it in Vault.
+    type: str
+  validate_certs:
+    description:
+      - Verify the API's TLS certificate. Uses E(PROXMOX_VALIDATE_CERTS) if not given.
+      - Keep it on; for a private CA (PVE's own, or a lab's) set O(ca_path) instead.
+    type: bool
+    default: true
+  ca_path:
+    description:
+      - A PEM CA bundle to verify the API's certificate with (passed to requests as C(verify)), e.g. a copy of the
+        node's C(/etc/pve/pve-root-ca.pem). Uses E(PROXMOX_CA_PATH) if not given.
+    type: path
+  api_timeout:
+    description: Seconds to wait for each API request.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Reads the container and reports what would change; sends no POST, PUT or DELETE.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: The diff is the container's config in PVE's conf text form, before and after.
+requirements:
+  - proxmoxer >= 2.0
+  - requests
+notes:
+  - A C(devN) change on a running container may stay pending until the container restarts (always on PVE 8.x;
+    on PVE 9 only newly added devices are hotplugged). The module returns such keys in RV(pending) and warns.
+  - The container's userspace NVIDIA driver must match the host's kernel module exactly.
+seealso:
+  - module: community.proxmox.proxmox
+  - module: inferops.gpu_inference.gpu_host_facts
+"""
+
+EXAMPLES = r"""
+- name: SGLang container with 8 GPUs
+  inferops.gpu_inference.pve_lxc:
+    api_host: pve1.example.org
+    api_user: root@pam
+    api_password: "{{ vault_pve_root_password }}"
+    ca_path: /etc/inferops/pve-root-ca.pem
+    node: pve1
+    vmid: 129
+    state: started
+    ostemplate: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst
+    hostname: sglang-129
+    cores: 64
+    memory_mib: 524288
+    swap_mib: 0
+    rootfs: local-lvm:200
+    net:
+      net0: name=eth0,bridge=vmbr0,ip=dhcp
+    features:
+      nesting: true
+    gpu_passthrough: 8
+    extra_config:
+      onboot: 1
+
+- name: Change memory only, with an API token (no devN change, so a token is enough)
+  inferops.gpu_inference.pve_lxc:
+    api_host: pve1.example.org
+    api_user: root@pam
+    api_token_id: ansible
+    api_token_secret: "{{ vault_pve_token_secret }}"
+    node: pve1
+    vmid: 129
+    memory_mib: 786432
+
+- name: Remove the container
+  inferops.gpu_inference.pve_lxc:
+    api_host: pve1.example.org
+    api_user: root@pam
+    api_password: "{{ vault_pve_root_password }}"
+    node: pve1
+    vmid: 198
+    state: absent
+"""
+
+RETURN = r"""
+vmid:
+  description: The container ID.
+  returned: always
+  type: int
+  sample: 129
+status:
+  description: The container's state after the task (V(running), V(stopped), or V(absent)); in check mode, the state it would have.
+  returned: always
+  type: str
+  sample: running
+created:
+  description: Whether the container was (or in check mode, would be) created.
+  returned: always
+  type: bool
+config:
+  description: The container's config after the task (in check mode, as it would be), without C(digest).
+  returned: when the container exists after the task
+  type: dict
+  sample: {"hostname": "sglang-129", "memory": 524288, "dev0": "/dev/nvidia0"}
+changes:
+  description: The config keys sent (C(set)) and removed (C(delete)).
+  returned: always
+  type: dict
+  sample: {"set": {"memory": "786432"}, "delete": []}
+pending:
+  description: Config keys PVE holds as pending until the container restarts.
+  returned: always
+  type: list
+  elements: str
+  sample: ["dev8"]
+stop_method:
+  description: How the container was stopped (V(shutdown) or V(stop)); V(null) if it was not stopped.
+  returned: always
+  type: str
+diff:
+  description: The config before and after in PVE's conf text form.
+  returned: always
+  type: dict
+  contains:
+    before:
+      description: Config before.
+      type: str
+      returned: always
+    after:
+      description: Config after.
+      type: str
+      returned: always
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_config as pc
+
+PROXMOXER_IMPORT_ERROR = None
+try:
+    from proxmoxer import ProxmoxAPI
+except ImportError:
+    ProxmoxAPI = None
+    PROXMOXER_IMPORT_ERROR = traceback.format_exc()
+
+
+def argument_spec():
+    return dict(
+        vmid=dict(type="int", required=True),
+        node=dict(type="str", required=True),
+        state=dict(type="str", default="present", choices=["present", "started", "stopped", "absent"]),
+        ostemplate=dict(type="str"),
+        hostname=dict(type="str"),
+        cores=dict(type="int"),
+        memory_mib=dict(type="int"),
+        swap_mib=dict(type="int"),
+        rootfs=dict(type="str"),
+        net=dict(type="dict"),
+        features=dict(type="raw"),
+        gpu_passthrough=dict(type="raw", no_log=False),
+        gpu_device_options=dict(
+            type="dict",
+            options=dict(
+                uid=dict(type="int"),
+                gid=dict(type="int"),
+                mode=dict(type="str"),
+                deny_write=dict(type="bool"),
+            ),
+        ),
+        extra_config=dict(type="dict"),
+        delete=dict(type="list", elements="str"),
+        unprivileged=dict(type="bool", default=True),
+        password=dict(type="str", no_log=True),
+        ssh_public_keys=dict(type="str", no_log=False),
+        pool=dict(type="str"),
+        timeout=dict(type="int", default=300),
+        shutdown_timeout=dict(type="int", default=60),
+        force_stop=dict(type="bool", default=True),
+        purge=dict(type="bool", default=False),
+        api_host=dict(type="str", fallback=(env_fallback, ["PROXMOX_HOST"])),
+        api_port=dict(type="int", fallback=(env_fallback, ["PROXMOX_PORT"])),
+        api_user=dict(type="str", fallback=(env_fallback, ["PROXMOX_USER"])),
+        api_password=dict(type="str", no_log=True, fallback=(env_fallback, ["PROXMOX_PASSWORD"])),
+        api_token_id=dict(type="str", no_log=False, fallback=(env_fallback, ["PROXMOX_TOKEN_ID"])),
+        api_token_secret=dict(type="str", no_log=True, fallback=(env_fallback, ["PROXMOX_TOKEN_SECRET"])),
+        validate_certs=dict(type="bool", default=True, fallback=(env_fallback, ["PROXMOX_VALIDATE_CERTS"])),
+        ca_path=dict(type="path", fallback=(env_fallback, ["PROXMOX_CA_PATH"])),
+        api_timeout=dict(type="int", default=10),
+    )
+
+
+def _exc_names(exc):
+    return [cls.__name__ for cls in type(exc).__mro__]
+
+
+def _exc_text(exc):
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    # requests wraps urllib3 errors; the root cause names "Connection refused" or the TLS failure.
+    depth = 0
+    while cause is not None and depth < 5:
+        more = str(cause)
+        if more and more not in text:
+            text = f"{text} ({more})"
+        cause = cause.__cause__ or cause.__context__
+        depth += 1
+    return text
+
+
+class PveLxc:
+    """The module's work, given an AnsibleModule-like object and a proxmoxer-like API object."""
+
+    def __init__(self, module, api, auth):
+        self.module = module
+        self.api = api
+        self.auth = auth  # dict(method=password|token|local, user=..., url=...)
+        self.params = module.params
+        self.node = self.params["node"]
+        self.vmid = self.params["vmid"]
+        self.check_mode = module.check_mode
+        self.result = dict(
+            changed=False,
+            vmid=self.vmid,
+            node=self.node,
+            created=False,
+            status=None,
+            changes=dict(set={}, delete=[]),
+            pending=[],
+            stop_method=None,
+            diff=dict(before="", after=""),
+        )
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def call(self, what, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # proxmoxer, requests: classified into a clear message
+            err = pc.classify_api_error(
+                _exc_names(exc),
+                _exc_text(exc),
+                getattr(exc, "status_code", None),
+                url=self.auth.get("url", "the PVE API"),
+                auth_method=self.auth["method"],
+                api_user=self.auth.get("user"),
+                ca_path=self.params.get("ca_path"),
+                validate_certs=self.params.get("validate_certs", True),
+            )
+            self.fail(f"{what}: {err.message}", error_kind=err.kind)
+
+    @property
+    def ct(self):
+        return self.api.nodes(self.node).lxc(self.vmid)
+
+    def wait_task(self, upid, what, timeout=None, fail=True):
+        """Wait for a task; returns (ok, exitstatus)."""
+        timeout = self.params["timeout"] if timeout is None else timeout
+        try:
+            task_node = pc.upid_node(upid)
+        except pc.ConfigError as exc:
+            self.fail(f"{what}: {exc}")
+        deadline = time.monotonic() + timeout
+        status = {}
+        while True:
+            status = self.call(f"{what}: reading task status", self.api.nodes(task_node).tasks(upid).status.get) or {}
+            if status.get("status") == "stopped":
+                break
+            if time.monotonic() >= deadline:
+                if fail:
+                    self.fail(
+                        f"{what}: task {upid} still running after {timeout}s; PVE may still be working on it "
+                        "(see the node's task log). Raise timeout if this is expected.",
+                        task=upid,
+                    )
+                return False, "timeout"
+            time.sleep(1)
+        if pc.task_succeeded(status):
+            return True, status.get("exitstatus")
+        exitstatus = status.get("exitstatus") or "unknown"
+        if fail:
+            log = ""
+            try:
+                log = pc.task_log_tail(self.api.nodes(task_node).tasks(upid).log.get(limit=500) or [])
+            except Exception:  # the log is a nicety; the exit status is what matters
+                log = ""
+            message = f"{what}: task {upid} failed with exit status {exitstatus!r}"
+            if log:
+                message += f"; task log (last lines):\n{log}"
+            self.fail(message, task=upid, task_exitstatus=exitstatus)
+        return False, exitstatus
+
+    # ---- reading --------------------------------------------------------------------------
+    def exists(self):
+        listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
+        return any(str(item.get("vmid")) == str(self.vmid) for item in listing)
+
+    def read_config(self):
+        config = self.call(f"reading the config of CT {self.vmid}", self.ct.config.get) or {}
+        return dict(config)
+
+    def read_status(self):
+        current = self.call(f"reading the status of CT {self.vmid}", self.ct.status.current.get) or {}
+        return current.get("status", "unknown")
+
+    def read_pending(self):
+        try:
+            pending = self.ct.pending.get() or []
+        except Exception:  # older or simulated APIs without /pending: not worth failing for
+            return []
+        keys = []
+        for item in pending:
+            if "pending" in item or item.get("delete"):
+                keys.append(item.get("key"))
+        return sorted(k for k in keys if k)
+
+    # ---- desired state --------------------------------------------------------------------
+    def desired(self):
+        p = self.params
+        try:
+            desired, delete = pc.build_desired_config(
+                hostname=p["hostname"],
+                cores=p["cores"],
+                memory_mib=p["memory_mib"],
+                swap_mib=p["swap_mib"],
+                rootfs=p["rootfs"],
+                net=p["net"],
+                features=p["features"],
+                extra_config=p["extra_config"],
+            )
+            gpu_paths = pc.gpu_device_paths(p["gpu_passthrough"]) if p["gpu_passthrough"] is not None else None
+            dev_options = pc.device_options_suffix(p["gpu_device_options"])
+        except pc.ConfigError as exc:
+            self.fail(str(exc))
+        delete = list(delete) + list(p["delete"] or [])
+        return desired, delete, gpu_paths, dev_options
+
+    def check_passthrough_auth(self, plan):
+        if not plan.touches_devices():
+            return
+        problem = pc.passthrough_auth_problem(self.auth["method"], self.auth.get("user"))
+        if problem:
+            keys = sorted(k for k in list(plan.set) + plan.delete if pc.option_base(k) == "dev")
+            self.fail(f"Cannot change {', '.join(keys)} of CT {self.vmid}. {problem}", error_kind="passthrough_root_only")
+
+    # ---- states ---------------------------------------------------------------------------
+    def run(self):
+        desired, delete, gpu_paths, dev_options = self.desired()
+        state = self.params["state"]
+        exists = self.exists()
+
+        if state == "absent":
+            return self.ensure_absent(exists)
+
+        if not exists:
+            self.create(desired, gpu_paths, dev_options)
+            if self.check_mode:
+                self.result["status"] = "running" if state == "started" else "stopped"
+                return self.result
+        else:
+            self.update(desired, delete, gpu_paths, dev_options)
+
+        status = self.read_status() if not (self.check_mode and self.result["created"]) else "stopped"
+        if state == "started" and status != "running":
+            self.start()
+            status = "running"
+        elif state == "stopped" and status != "stopped":
+            self.stop()
+            status = "stopped"
+        self.result["status"] = status
+        return self.result
+
+    def create(self, desired, gpu_paths, dev_options):
+        p = self.params
+        if not p["ostemplate"]:
+            self.fail(
+                f"CT {self.vmid} does not exist on node {self.node} and ostemplate is not set: give ostemplate "
+                "(e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst) to create it, or check vmid and node."
+            )
+        config = dict(desired)
+        if gpu_paths:
+            devices, _unused = pc.plan_gpu_devices(dict(desired), gpu_paths, dev_options, reserved_keys=desired)
+            config.update(devices)
+        plan = pc.ConfigPlan(set=dict(config))
+        self.check_passthrough_auth(plan)
+        self.result["changed"] = True
+        self.result["created"] = True
+        self.result["changes"] = dict(set=dict(config), delete=[])
+        self.result["diff"] = dict(before="", after=pc.render_conf(config))
+        self.result["config"] = dict(config)
+        if self.check_mode:
+            return
+        params = dict(config)
+        params.update(vmid=self.vmid, ostemplate=p["ostemplate"], unprivileged=1 if p["unprivileged"] else 0)
+        if p["password"]:
+            params["password"] = p["password"]
+        if p["ssh_public_keys"]:
+            params["ssh-public-keys"] = p["ssh_public_keys"]
+        if p["pool"]:
+            params["pool"] = p["pool"]
+        upid = self.call(f"creating CT {self.vmid} on node {self.node}", self.api.nodes(self.node).lxc.post, **params)
+        self.wait_task(upid, f"creating CT {self.vmid}")
+        after = self.read_config()
+        after.pop("digest", None)
+        self.result["config"] = after
+        self.result["diff"]["after"] = pc.render_conf(after)
+
+    def update(self, desired, delete, gpu_paths, dev_options):
+        current = self.read_config()
+        digest = current.get("digest")
+        full_desired = dict(desired)
+        full_delete = list(delete)
+        if gpu_paths is not None:
+            devices, stale = pc.plan_gpu_devices(current, gpu_paths, dev_options, reserved_keys=desired)
+            full_desired.update(devices)
+            full_delete.extend(stale)
+        if not self.params["unprivileged"] and str(current.get("unprivileged", "0")) == "1":
+            self.module.warn(f"CT {self.vmid} is unprivileged; unprivileged=false only applies at creation")
+        try:
+            plan = pc.plan_config(current, full_desired, full_delete)
+        except pc.ConfigError as exc:
+            self.fail(str(exc))
+        before = {k: v for k, v in current.items() if k != "digest"}
+        after = pc.apply_plan(current, plan)
+        self.result["config"] = after
+        self.result["changes"] = dict(set=dict(plan.set), delete=list(plan.delete))
+        self.result["diff"] = dict(before=pc.render_conf(before), after=pc.render_conf(after))
+        if not plan.changed:
+            return
+        self.check_passthrough_auth(plan)
+        self.result["changed"] = True
+        if self.check_mode:
+            return
+        params = dict(plan.set)
+        if plan.delete:
+            params["delete"] = ",".join(plan.delete)
+        if digest:
+            params["digest"] = digest
+        self.call(f"updating the config of CT {self.vmid}", self.ct.config.put, **params)
+        final = self.read_config()
+        final.pop("digest", None)
+        self.result["config"] = final
+        self.result["diff"]["after"] = pc.render_conf(final)
+        pending = self.read_pending()
+        self.result["pending"] = pending
+        if pending:
+            self.module.warn(
+                f"CT {self.vmid}: {', '.join(pending)} stay pending until the container restarts "
+                "(e.g. `pct reboot`); PVE could not apply them to the running container."
+            )
+
+    def start(self):
+        self.result["changed"] = True
+        if self.check_mode:
+            return
+        upid = self.call(f"starting CT {self.vmid}", self.ct.status.start.post)
+        self.wait_task(upid, f"starting CT {self.vmid}")
+
+    def stop(self):
+        self.result["changed"] = True
+        if self.check_mode:
+            self.result["stop_method"] = "shutdown"
+            return
+        shutdown_timeout = self.params["shutdown_timeout"]
+        upid = self.call(f"shutting down CT {self.vmid}", self.ct.status.shutdown.post, timeout=shutdown_timeout)
+        ok, exitstatus = self.wait_task(
+            upid,
+            f"shutting down CT {self.vmid}",
+            timeout=shutdown_timeout + 30,
+            fail=not self.params["force_stop"],
+        )
+        if ok:
+            self.result["stop_method"] = "shutdown"
+            return
+        if self.read_status() == "stopped":
+            self.result["stop_method"] = "shutdown"
+            return
+        self.module.warn(f"CT {self.vmid} did not shut down cleanly in {shutdown_timeout}s ({exitstatus}); stopping it hard")
+        upid = self.call(f"stopping CT {self.vmid}", self.ct.status.stop.post)
+        self.wait_task(upid, f"stopping CT {self.vmid}")
+        self.result["stop_method"] = "stop"
+
+    def ensure_absent(self, exists):
+        if not exists:
+            self.result["status"] = "absent"
+            return self.result
+        current = self.read_config()
+        current.pop("digest", None)
+        self.result["diff"] = dict(before=pc.render_conf(current), after="")
+        self.result["changed"] = True
+        self.result["status"] = "absent"
+        if self.check_mode:
+            return self.result
+        if self.read_status() != "stopped":
+            self.stop()
+        params = {}
+        if self.params["purge"]:
+            params["purge"] = 1
+        upid = self.call(f"removing CT {self.vmid}", self.ct.delete, **params)
+        self.wait_task(upid, f"removing CT {self.vmid}")
+        return self.result
+
+
+def connect(module):
+    """A proxmoxer API object and a description of the login; fails the module with a clear message."""
+    p = module.params
+    if ProxmoxAPI is None:
+        module.fail_json(msg=missing_required_lib("proxmoxer"), exception=PROXMOXER_IMPORT_ERROR)
+    if not p["api_host"]:
+        if p["api_password"] or p["api_token_id"]:
+            module.fail_json(
+                msg="api_password/api_token_id are given but api_host is not; set api_host (or PROXMOX_HOST) "
+                "to use the REST API, or drop the credentials to run pvesh on the node as root."
+            )
+        try:
+            api = ProxmoxAPI(backend="local", service="PVE")
+        except Exception as exc:
+            module.fail_json(msg=f"cannot use pvesh on this machine (no api_host given): {exc}")
+        return api, dict(method="local", user="root@pam", url="pvesh on this node")
+
+    port = p["api_port"] or 8006
+    url = f"https://{p['api_host']}:{port}"
+    verify = p["ca_path"] if (p["validate_certs"] and p["ca_path"]) else p["validate_certs"]
+    kwargs = dict(port=port, verify_ssl=verify, timeout=p["api_timeout"], service="PVE")
+    if p["api_token_id"]:
+        if not p["api_token_secret"]:
+            module.fail_json(msg="api_token_id is given without api_token_secret; give both (or api_password instead)")
+        try:
+            user, name = pc.normalize_token(p["api_user"], p["api_token_id"])
+        except pc.ConfigError as exc:
+            module.fail_json(msg=str(exc))
+        kwargs.update(user=user, token_name=name, token_value=p["api_token_secret"])
+        auth = dict(method="token", user=user, url=url)
+    elif p["api_password"]:
+        if not p["api_user"]:
+            module.fail_json(msg="api_password is given without api_user; give api_user, e.g. root@pam")
+        kwargs.update(user=p["api_user"], password=p["api_password"])
+        auth = dict(method="password", user=p["api_user"], url=url)
+    else:
+        module.fail_json(
+            msg="no credentials: give api_user with api_password (a root@pam password is needed for GPU devN entries) "
+            "or api_user with api_token_id and api_token_secret"
+        )
+    if not p["validate_certs"]:
+        module.warn("validate_certs is off: the API's identity is not checked. Prefer ca_path for a private CA.")
+    try:
+        api = ProxmoxAPI(p["api_host"], **kwargs)
+        # A token is only checked on the first request; fail here with a clear message.
+        api.version.get()
+    except Exception as exc:
+        err = pc.classify_api_error(
+            _exc_names(exc),
+            _exc_text(exc),
+            getattr(exc, "status_code", None),
+            url=url,
+            auth_method=auth["method"],
+            api_user=auth["user"],
+            ca_path=p["ca_path"],
+            validate_certs=p["validate_certs"],
+        )
+        module.fail_json(msg=f"connecting to {url}: {err.message}", error_kind=err.kind)
+    return api, auth
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        mutually_exclusive=[("api_password", "api_token_id")],
+        required_together=[("api_token_id", "api_token_secret")],
+    )
+    api, auth = connect(module)
+    result = PveLxc(module, api, auth).run()
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

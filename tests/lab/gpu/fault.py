@@ -1,0 +1,414 @@
+#!/usr/bin/python3
+"""Fault injection for the lab's simulated GPUs (`labctl fault ...` execs this).  See docs/lab.md.
+
+    fault.py list
+    fault.py inject sigterm-ignored  --vmid 129
+    fault.py inject escaped-workers  --vmid 129 [--gpus 0,1] [--mib 1024] [--names pt_main_thread,python3]
+    fault.py inject driver-held      --vmid 129
+    fault.py inject stuck            --vmid 129 [--gpu 0] [--mib 4096]
+    fault.py clear [--vmid 129]
+
+Containers are LXC containers named by VMID (entered with lxc-attach; `--lxcpath` or LABGPU_LXCPATH
+for a non-default lxc path).  Injected faults are recorded in /run/inferops-lab/gpu/faults.json.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import driverd  # noqa: E402
+
+STATE = "/run/inferops-lab/gpu/faults.json"
+WORKER = "/run/nvidia-lab/lab-worker.py"
+STANDIN_FAULTS = "/run/sglang-standin/faults.json"
+STUCK_MNT = "/run/lab-stuckfs"
+FUSECTL = "/sys/fs/fuse/connections"
+
+FAULTS = {
+    "sigterm-ignored": "the SGLang stand-in ignores SIGTERM (writes %s in the CT)" % STANDIN_FAULTS,
+    "escaped-workers": "GPU-holding processes named pt_main_thread/python3, reparented to the CT's PID 1 and "
+                       "moved to its init cgroup (sglang#23627, vllm#6766)",
+    "driver-held": "the driver keeps the CT's GPU memory after its processes exit; released only when no "
+                   "process of the CT is left (CT stopped from the host) or by a GPU reset from the host",
+    "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
+             "the FUSE connection is aborted from the host (gpu-recovery.md §1.2 b, Rung 3)",
+}
+
+LXCPATH = os.environ.get("LABGPU_LXCPATH")
+
+
+class FaultError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- helpers
+
+def lxc_args(vmid):
+    return (["-P", LXCPATH] if LXCPATH else []) + ["-n", str(vmid)]
+
+
+def init_pid(vmid):
+    r = subprocess.run(["lxc-info"] + lxc_args(vmid) + ["-p", "-H"], capture_output=True, text=True)
+    out = r.stdout.strip()
+    if r.returncode != 0 or not out.isdigit():
+        raise FaultError("container %s is not running (lxc-info: %s)" % (vmid, (r.stderr or out).strip()))
+    return int(out)
+
+
+def attach(vmid, cmd, stdin=None, check=True, timeout=60):
+    r = subprocess.run(["lxc-attach"] + lxc_args(vmid) + ["--clear-env", "--"] + cmd, input=stdin,
+                       capture_output=True, text=True, timeout=timeout,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    if check and r.returncode != 0:
+        raise FaultError("lxc-attach %s %s failed (%d): %s" % (vmid, " ".join(cmd), r.returncode,
+                                                               (r.stderr + r.stdout).strip()))
+    return r
+
+
+def driver(req):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    try:
+        s.connect(driverd.SOCK_PATH)
+    except OSError as e:
+        raise FaultError("the simulated driver is not running (%s); run tests/lab/gpu/labgpu up" % e)
+    s.sendall(json.dumps(req).encode() + b"\n")
+    buf = b""
+    while not buf.endswith(b"\n"):
+        c = s.recv(65536)
+        if not c:
+            break
+        buf += c
+    s.close()
+    rep = json.loads(buf)
+    if not rep.get("ok"):
+        raise FaultError("driver: %s" % rep.get("error"))
+    return rep
+
+
+def load():
+    try:
+        with open(STATE) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"faults": []}
+
+
+def save(st):
+    os.makedirs(os.path.dirname(STATE), exist_ok=True)
+    with open(STATE + ".tmp", "w") as f:
+        json.dump(st, f, indent=1)
+    os.replace(STATE + ".tmp", STATE)
+
+
+def host_pid(ns_ino, nspid):
+    """Host PID of the process whose innermost PID is nspid in the PID namespace ns_ino."""
+    for pid in driverd.all_pids():
+        if driverd.pidns_of(pid) != ns_ino:
+            continue
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("NSpid:") and line.split()[-1] == str(nspid):
+                        return pid
+        except OSError:
+            pass
+    return None
+
+
+def pid_ref(pid):
+    st = driverd.proc_stat(pid)
+    return {"pid": pid, "start": st[1] if st else None}
+
+
+def same_process(ref):
+    st = driverd.proc_stat(ref["pid"])
+    return st is not None and st[1] == ref["start"]
+
+
+def visible_gpus(ipid):
+    out = []
+    for i in range(64):
+        try:
+            st = os.stat("/proc/%d/root/dev/nvidia%d" % (ipid, i))
+        except OSError:
+            continue
+        if os.major(st.st_rdev) == 195 and os.minor(st.st_rdev) == i:
+            out.append(i)
+    return out
+
+
+def move_to_cgroups_of(pid, model_pid):
+    """Put pid in every cgroup (v1 hierarchies and v2) that model_pid is in."""
+    mounts = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            fstype, _src, sopts = right.split()[:3]
+            mp = left.split()[4]
+            if fstype == "cgroup2":
+                mounts.setdefault("", mp)
+            elif fstype == "cgroup":
+                for o in sopts.split(","):
+                    if o not in ("rw", "ro") and "=" not in o or o.startswith("name="):
+                        mounts.setdefault(o, mp)
+    with open("/proc/%d/cgroup" % model_pid) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        _hid, ctrls, path = line.split(":", 2)
+        mp = mounts.get(ctrls.split(",")[0] if ctrls else "")
+        if not mp:
+            continue
+        try:
+            with open(os.path.join(mp, path.lstrip("/"), "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+        except OSError:
+            pass
+
+
+def start_worker(vmid, ipid, args):
+    r = attach(vmid, ["/usr/bin/python3", WORKER, "--daemonize"] + args, check=False)
+    try:
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise FaultError("lab-worker in CT %s failed: %s" % (vmid, (r.stderr + r.stdout).strip()))
+    if not rep.get("ok"):
+        raise FaultError("lab-worker in CT %s: %s" % (vmid, rep.get("error")))
+    hp = None
+    for _ in range(50):
+        hp = host_pid(driverd.pidns_of(ipid), rep["pid"])
+        if hp:
+            break
+        time.sleep(0.1)
+    if hp is None:
+        raise FaultError("cannot find the host PID of CT %s pid %s" % (vmid, rep["pid"]))
+    return hp, rep
+
+
+# --------------------------------------------------------------------------- faults
+
+def inject_sigterm_ignored(vmid, ipid, a):
+    code = ("import json,os\np=%r\nos.makedirs(os.path.dirname(p),exist_ok=True)\n"
+            "try:\n d=json.load(open(p))\nexcept Exception:\n d={}\n"
+            "d['ignore_sigterm']=True\nt=p+'.tmp'\njson.dump(d,open(t,'w'))\nos.replace(t,p)\n" % STANDIN_FAULTS)
+    attach(vmid, ["/usr/bin/python3", "-c", code])
+    return {"file": STANDIN_FAULTS}
+
+
+def clear_sigterm_ignored(vmid, rec):
+    code = ("import json,os\np=%r\ntry:\n d=json.load(open(p))\nexcept Exception:\n raise SystemExit(0)\n"
+            "d.pop('ignore_sigterm',None)\n"
+            "if d:\n json.dump(d,open(p+'.tmp','w')); os.replace(p+'.tmp',p)\nelse:\n os.unlink(p)\n" % STANDIN_FAULTS)
+    attach(vmid, ["/usr/bin/python3", "-c", code], check=False)
+
+
+def inject_escaped_workers(vmid, ipid, a):
+    gpus = [int(x) for x in a.gpus.split(",")] if a.gpus else visible_gpus(ipid)
+    if not gpus:
+        raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
+    names = a.names.split(",")
+    procs = []
+    for k, g in enumerate(gpus):
+        name = names[k % len(names)]
+        hp, rep = start_worker(vmid, ipid, ["--gpus", str(g), "--mib", str(a.mib), "--name", name,
+                                            "--tag", "fault:escaped-workers"])
+        move_to_cgroups_of(hp, ipid)
+        ref = pid_ref(hp)
+        ref.update({"gpu": g, "name": name, "ct_pid": rep["pid"]})
+        procs.append(ref)
+    return {"processes": procs}
+
+
+def clear_processes(rec):
+    for ref in rec.get("processes", []):
+        if same_process(ref):
+            try:
+                os.kill(ref["pid"], signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def inject_driver_held(vmid, ipid, a):
+    ns = driverd.pidns_of(ipid)
+    driver({"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid})
+    return {"pidns": ns}
+
+
+def clear_driver_held(vmid, rec):
+    driver({"op": "fault_clear", "pidns": rec["pidns"]})
+
+
+def ensure_fusectl():
+    if not os.path.ismount(FUSECTL):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], check=False)
+
+
+def inject_stuck(vmid, ipid, a):
+    ensure_fusectl()
+    gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+    if not gpus:
+        raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
+    status = "/run/inferops-lab/gpu/stuckfs-%s.json" % vmid
+    try:
+        os.unlink(status)
+    except OSError:
+        pass
+    log = open("/run/inferops-lab/gpu/stuckfs-%s.log" % vmid, "a")
+    srv = subprocess.Popen([sys.executable, os.path.join(HERE, "stuckfs.py"), "--target-pid", str(ipid),
+                            "--mountpoint", STUCK_MNT, "--status", status], stdin=subprocess.DEVNULL,
+                           stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    for _ in range(100):
+        if os.path.exists(status) or srv.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not os.path.exists(status):
+        raise FaultError("stuckfs failed to mount in CT %s (see %s)" % (vmid, log.name))
+    info = json.load(open(status))
+    rec = {"server": pid_ref(srv.pid), "conn": info["conn"], "abort": info["abort"], "mountpoint": STUCK_MNT}
+    hp, rep = start_worker(vmid, ipid, ["--gpus", str(gpus[0]), "--mib", str(a.mib), "--name", "python3",
+                                        "--tag", "fault:stuck", "--stuck-file", STUCK_MNT + "/blob"])
+    ref = pid_ref(hp)
+    ref.update({"gpu": gpus[0], "name": "python3", "ct_pid": rep["pid"]})
+    rec["processes"] = [ref]
+    for _ in range(100):
+        st = driverd.proc_stat(hp)
+        if st and st[0] == "D":
+            break
+        time.sleep(0.05)
+    else:
+        rec["warning"] = "worker did not reach D state"
+    return rec
+
+
+def clear_stuck(vmid, rec):
+    try:
+        with open(rec["abort"], "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+    clear_processes(rec)
+    srv = rec.get("server")
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if not (srv and same_process(srv)):
+            break
+        if sig:
+            try:
+                os.kill(srv["pid"], sig)
+            except OSError:
+                pass
+        for _ in range(60):  # after the abort the server unmounts and exits by itself
+            if not same_process(srv):
+                break
+            time.sleep(0.05)
+    try:
+        import stuckfs
+        stuckfs.unmount(init_pid(vmid), rec["mountpoint"])
+    except (FaultError, OSError):
+        pass
+
+
+CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
+         "escaped-workers": lambda v, r: clear_processes(r),
+         "driver-held": clear_driver_held,
+         "stuck": clear_stuck}
+INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
+          "driver-held": inject_driver_held, "stuck": inject_stuck}
+
+
+# --------------------------------------------------------------------------- commands
+
+def cmd_inject(a):
+    ipid = init_pid(a.vmid)
+    details = INJECT[a.name](a.vmid, ipid, a)
+    st = load()
+    rec = {"name": a.name, "vmid": str(a.vmid), "since": time.time()}
+    rec.update(details)
+    st["faults"].append(rec)
+    save(st)
+    print(json.dumps(rec))
+    return 0
+
+
+def cmd_clear(a):
+    st = load()
+    keep, errors = [], []
+    vmid = str(a.vmid) if a.vmid is not None else None
+    for rec in st["faults"]:
+        if vmid is not None and rec["vmid"] != vmid:
+            keep.append(rec)
+            continue
+        try:
+            CLEAR[rec["name"]](rec["vmid"], rec)
+        except (FaultError, OSError, subprocess.SubprocessError) as e:
+            errors.append("%s/%s: %s" % (rec["vmid"], rec["name"], e))
+        print("cleared %s on CT %s" % (rec["name"], rec["vmid"]))
+    if vmid is not None:  # also what was injected outside our records
+        try:
+            clear_sigterm_ignored(vmid, {})
+        except (FaultError, subprocess.SubprocessError):
+            pass
+        try:
+            driver({"op": "fault_clear", "pidns": driverd.pidns_of(init_pid(vmid))})
+        except FaultError:
+            pass
+    else:
+        try:
+            driver({"op": "fault_clear"})
+        except FaultError:
+            pass
+    st["faults"] = keep
+    save(st)
+    for e in errors:
+        print("warning: " + e, file=sys.stderr)
+    return 0
+
+
+def cmd_list(a):
+    print("Faults:")
+    for n, d in FAULTS.items():
+        print("  %-16s %s" % (n, d))
+    st = load()
+    print("Injected:" + ("" if st["faults"] else " none"))
+    for rec in st["faults"]:
+        extra = {k: v for k, v in rec.items() if k not in ("name", "vmid", "since")}
+        print("  CT %s %s %s" % (rec["vmid"], rec["name"], json.dumps(extra)))
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="fault.py", description="GPU fault injection for the inferops lab")
+    ap.add_argument("--lxcpath")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pi = sub.add_parser("inject")
+    pi.add_argument("name", choices=sorted(FAULTS))
+    pi.add_argument("--vmid", required=True)
+    pi.add_argument("--gpus", help="escaped-workers: GPU indexes (default: every GPU the CT has)")
+    pi.add_argument("--gpu", type=int, help="stuck: GPU index (default: the CT's first GPU)")
+    pi.add_argument("--mib", type=int, default=None, help="MiB per worker (1024; stuck: 4096)")
+    pi.add_argument("--names", default="pt_main_thread,python3", help="escaped-workers: process names")
+    pc = sub.add_parser("clear")
+    pc.add_argument("--vmid")
+    sub.add_parser("list")
+    a = ap.parse_args(argv)
+    global LXCPATH
+    LXCPATH = a.lxcpath or LXCPATH
+    if a.cmd == "inject" and a.mib is None:
+        a.mib = 4096 if a.name == "stuck" else 1024
+    if os.geteuid() != 0:
+        print("fault.py: must run as root", file=sys.stderr)
+        return 1
+    try:
+        return {"inject": cmd_inject, "clear": cmd_clear, "list": cmd_list}[a.cmd](a)
+    except FaultError as e:
+        print("fault.py: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,106 @@
+"""In-process checks of the SGLang stand-in's arithmetic against sglang-hicache.md (no processes)."""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "sglang_standin", "src"))
+sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
+
+import build_wheels  # noqa: E402
+from sglang.srt.mem_cache.memory_pool_host import committed_bytes, host_pool_tokens, pow2_ceil  # noqa: E402
+from sglang.srt.model_config import ModelConfig, pp_layers  # noqa: E402
+from sglang.srt.server_args import local_ranks, prepare_server_args, ranks_per_host  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    out = tmp_path_factory.mktemp("models")
+    build_wheels.write_models(str(out))
+    return {name: ModelConfig(str(out / "models" / name)) for name in build_wheels.MODELS}
+
+
+# sglang-hicache.md section 7 table
+@pytest.mark.parametrize("model,tp,kv,expected", [
+    ("kimi-k2-tiny", 8, "auto", 70272),
+    ("kimi-k2-tiny", 1, "auto", 70272),
+    ("kimi-k2-tiny", 8, "fp8_e4m3", 35136),
+    ("llama-3-70b-tiny", 8, "auto", 40960),
+    ("llama-3-70b-tiny", 8, "fp8_e5m2", 20480),
+    ("llama-3-70b-tiny", 4, "auto", 81920),
+    ("llama-3-70b-tiny", 1, "auto", 327680),
+    ("llama-3-70b-tiny", 16, "auto", 40960),  # KV heads replicated: max(1, 8 // 16)
+])
+def test_bytes_per_token(models, model, tp, kv, expected):
+    mc = models[model]
+    assert mc.bytes_per_token(mc.num_layers, tp, kv) == expected
+
+
+def test_host_tokens_by_version():
+    # Kimi-K2 bf16, H=48: 683,060 raw; 683,072 with +1 page at page size 64 (section 7)
+    assert host_pool_tokens(48, 2.0, 0, 70272, 1, (0, 5, 5)) == 683060
+    assert host_pool_tokens(48, 2.0, 0, 70272, 64, (0, 5, 5)) == 683008  # aligned down
+    assert host_pool_tokens(48, 2.0, 0, 70272, 64, (0, 5, 6)) == 683072  # up plus one page
+    assert host_pool_tokens(48, 2.0, 0, 40960, 1, (0, 5, 9)) == 1171876  # 1,171,875 + one page of 1
+    # ratio path when hicache_size is 0: a token ratio of the device pool
+    assert host_pool_tokens(0, 2.0, 1000, 70272, 1, (0, 5, 4)) == 2000
+
+
+def test_power_of_two_commit():
+    assert pow2_ceil(3 * 10 ** 9) == 4 * 2 ** 30
+    assert pow2_ceil(2 ** 32) == 2 ** 32
+    req = host_pool_tokens(48, 2.0, 0, 70272, 1, (0, 5, 4)) * 70272
+    assert committed_bytes(req, (0, 5, 4)) == 2 ** 36  # 68.7 GB per rank (section 2.5)
+    assert committed_bytes(req, (0, 5, 5)) == req
+
+
+def _args(argv, version="0.5.9"):
+    return prepare_server_args(["--model-path", "/m"] + argv, version)
+
+
+@pytest.mark.parametrize("argv,titles,rph", [
+    (["--tp", "8"], ["sglang::scheduler_TP%d" % i for i in range(8)], 8),
+    ([], ["sglang::scheduler"], 1),
+    (["--tp", "2", "--dp", "2"], ["sglang::scheduler_DP0_TP0", "sglang::scheduler_DP0_TP1",
+                                  "sglang::scheduler_DP1_TP0", "sglang::scheduler_DP1_TP1"], 2),
+    (["--tp", "4", "--dp", "4", "--enable-dp-attention"],
+     ["sglang::scheduler_DP0_TP0", "sglang::scheduler_DP1_TP1", "sglang::scheduler_DP2_TP2", "sglang::scheduler_DP3_TP3"], 4),
+    (["--tp", "2", "--pp-size", "2"], ["sglang::scheduler_TP0_PP0", "sglang::scheduler_TP1_PP0",
+                                       "sglang::scheduler_TP0_PP1", "sglang::scheduler_TP1_PP1"], 4),
+    (["--tp", "8", "--nnodes", "2", "--node-rank", "1"], ["sglang::scheduler_TP%d" % i for i in range(4, 8)], 4),
+])
+def test_local_ranks(argv, titles, rph):
+    a = _args(argv)
+    assert [r["title"] for r in local_ranks(a)] == titles
+    assert ranks_per_host(a) == rph
+
+
+def test_gpu_ids_dp_without_attention():
+    a = _args(["--tp", "2", "--dp", "2", "--base-gpu-id", "1"])
+    assert [r["gpu_id"] for r in local_ranks(a)] == [1, 2, 3, 4]
+
+
+def test_pp_layers():
+    assert [pp_layers(61, r, 2) for r in range(2)] == [31, 30]
+    assert sum(pp_layers(80, r, 3) for r in range(3)) == 80
+
+
+def test_hicache_args_by_version():
+    assert _args([], "0.5.18")["hicache_ratio"] == 2.0
+    assert _args([], "0.5.14")["hicache_mem_layout"] == "layer_first"
+    assert _args([], "0.5.15")["hicache_mem_layout"] == "page_first"
+    a = _args(["--enable-hierarchical-cache"], "0.5.21")
+    assert a["hicache_host_memory_fraction"] == 0.8 and a["hicache_ratio"] == 2.0
+    assert _args(["--hicache-size", "4"], "0.5.21")["hicache_host_memory_fraction"] is None
+    assert _args(["--hicache-ratio", "1.5"], "0.5.21")["hicache_host_memory_fraction"] is None
+    with pytest.raises(ValueError, match=r"must be in \(0, 1\]"):
+        _args(["--hicache-host-memory-fraction", "1.5"], "0.5.21")
+    with pytest.raises(SystemExit) as e:
+        _args(["--hicache-host-memory-fraction", "0.5"], "0.5.20")  # not an argument before 0.5.21
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        _args(["--enable-hicache"], "0.5.21")
+    assert e.value.code == 2
+    assert _args(["--enable-hicache"], "0.5.23")["enable_hierarchical_cache"] is True

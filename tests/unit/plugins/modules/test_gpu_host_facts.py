@@ -1,0 +1,59 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_host_facts
+
+GPU_CSV = "0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-aaaa, 00000000:18:00.0, 550.54.15, Enabled\n"
+APPS_CSV = "4242, sglang::scheduler_TP0, 70144, GPU-aaaa\n"
+
+
+def run(monkeypatch, capsys, args, smi_path="/usr/bin/nvidia-smi", smi_rc=0):
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return smi_path if name == "nvidia-smi" else None
+
+    def run_command(self, args, **kwargs):
+        if smi_rc:
+            return smi_rc, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        if args[1].startswith("--query-gpu"):
+            return 0, GPU_CSV, ""
+        return 0, APPS_CSV, ""
+
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            gpu_host_facts.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_reports_gpus_and_memory(monkeypatch, capsys):
+    res = run(monkeypatch, capsys, {"_ansible_check_mode": True})
+    assert res["changed"] is False
+    facts = res["ansible_facts"]["gpu_host"]
+    assert facts["gpu_count"] == 1
+    assert facts["gpus"][0]["memory_total_mib"] == 81559
+    assert facts["compute_apps"][0]["pid"] == 4242
+    assert facts["nvidia_smi_error"] is None
+    assert facts["memory"]["mem_total_bytes"] > 0
+    assert res["gpus"] == facts["gpus"]
+
+
+def test_missing_nvidia_smi_is_not_a_failure(monkeypatch, capsys):
+    res = run(monkeypatch, capsys, {}, smi_path=None)
+    assert res.get("failed") is not True
+    assert res["gpus"] == [] and "not found" in res["nvidia_smi_error"]
+
+
+def test_require_gpus_fails_clearly(monkeypatch, capsys):
+    res = run(monkeypatch, capsys, {"require_gpus": True}, smi_rc=9)
+    assert res["failed"] is True
+    assert "couldn't communicate with the NVIDIA driver" in res["msg"]
+    assert "require_gpus" in res["msg"]
