@@ -12,6 +12,8 @@ BUILD_DIR := $(ROOT)/.build/ansible_collections/inferops/gpu_inference
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
+# The lab writes its inventory's vault with a generated password (tests/lab/labctl up).
+export ANSIBLE_VAULT_PASSWORD_FILE ?= /var/lib/inferops-lab/vault-pass
 
 # ansible-core 2.21 needs Python >= 3.12: take the first interpreter that really runs.
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \
@@ -44,6 +46,7 @@ unit: setup
 lint: setup
 	"$(BIN)/yamllint" -s .
 	"$(BIN)/ansible-lint" --offline -q
+	"$(BIN)/antsibull-changelog" lint
 
 # ansible-test needs the collection at .../ansible_collections/NS/NAME: copy what the collection ships
 # (and its unit tests) there and run the sanity tests in ansible-test's own pinned virtualenvs.
@@ -73,7 +76,7 @@ demo: setup
 	for f in inventories/examples/*.yml; do case "$$f" in */hosts.yml) continue;; esac; \
 	  "$(BIN)/ansible-playbook" playbooks/plan.yml -e "@$$f"; done
 
-test: unit lint sanity
+test: unit lint sanity lab-test
 
 bench: setup
 	"$(BIN)/python" benchmarks/run.py
