@@ -22,7 +22,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/
 .PHONY: help setup test unit lint sanity lab lab-down lab-test molecule demo plan bench clean
 
 help:
-	@echo "make demo     run the main job on the lab"
+	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
 	@echo "make test     run every test (unit, lint, sanity, lab, molecule)"
 	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
@@ -72,14 +72,20 @@ lab-down: setup
 lab-test: lab
 	"$(BIN)/python" -m pytest -q tests/lab
 
-demo: setup
-	for f in inventories/examples/*.yml; do case "$$f" in */hosts.yml) continue;; esac; \
-	  "$(BIN)/ansible-playbook" playbooks/plan.yml -e "@$$f"; done
+# Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time.
+MOLECULE_SCENARIOS ?= default oom_guard recover
+molecule: lab
+	for s in $(MOLECULE_SCENARIOS); do "$(BIN)/molecule" test -s "$$s"; done
 
-test: unit lint sanity lab-test
+demo: lab
+	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml
+	@echo; echo "Report: $(ROOT)/reports/ct129/deploy.txt (JSON beside it)"; echo; cat "$(ROOT)/reports/ct129/deploy.txt"
 
-bench: setup
-	"$(BIN)/python" benchmarks/run.py
+test: unit lint sanity lab-test molecule
+
+bench: lab
+	"$(BIN)/python" benchmarks/deploy_bench.py --fresh
+	"$(BIN)/python" benchmarks/recover_bench.py
 
 clean:
 	rm -rf .build .collections tests/output

@@ -470,7 +470,8 @@ def fmt_gb(value_bytes: float) -> str:
 
 
 def fmt_gib(value_bytes: float) -> str:
-    return "%.1f GiB" % (value_bytes / GIB_BYTES)
+    value_gib = value_bytes / GIB_BYTES
+    return ("%.2f GiB" if abs(value_gib) < 10 else "%.1f GiB") % value_gib
 
 
 def fmt_both(value_bytes: float) -> str:

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Recovery benchmark (not a test): per fault, one run of playbooks/recover.yml against the lab's CT 131.
+
+For each fault: set it up, time the playbook from start to its Clean verdict (the report's own clock, and the
+wall clock of the ansible-playbook process), and the share of that time spent in the rung that did the work.
+Prints a table and writes reports/bench-recover.json.
+
+Needs the lab (make lab) and CT 131 set up as the molecule scenario `recover` converges it
+(molecule converge -s recover). Run as root from the checkout:
+    .venv/bin/python benchmarks/recover_bench.py [--faults stuck,escaped-workers]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+LABCTL = os.path.join(ROOT, "tests", "lab", "labctl")
+VMID = 131
+START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
+FAULTS = {
+    "service-running": {"setup": START},
+    "sigterm-ignored": {"setup": START + " && %s fault inject sigterm-ignored --vmid %d" % (LABCTL, VMID),
+                        "extra": ["-e", "gpu_recover_service_stop_timeout=10"]},
+    "escaped-workers": {"setup": "%s fault inject escaped-workers --vmid %d" % (LABCTL, VMID)},
+    "stuck": {"setup": "%s fault inject stuck --vmid %d" % (LABCTL, VMID)},
+    "driver-held": {"setup": START + " && %s fault inject driver-held --vmid %d && pct exec %d -- sh -c "
+                             "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
+                             % (LABCTL, VMID, VMID)},
+}
+
+
+def sh(cmd: str) -> None:
+    subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_one(name: str, spec: dict) -> dict:
+    sh(spec["setup"])
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_VAULT_PASSWORD_FILE="/var/lib/inferops-lab/vault-pass")
+    t0 = time.monotonic()
+    proc = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", "inventories/lab/hosts.yml",
+                           "playbooks/recover.yml", "-e", "recover_vmid=%d" % VMID] + spec.get("extra", []),
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    subprocess.run([LABCTL, "fault", "clear", "--vmid", str(VMID)], capture_output=True)
+    with open(os.path.join(ROOT, "reports", "pve1", "recover-%d.json" % VMID), encoding="utf-8") as handle:
+        report = json.load(handle)
+    rung = report.get("cleared_by_rung")
+    worked = [r for r in report["rungs"] if r["rung"] == rung and r.get("name") != "start_container"]
+    rung_seconds = sum(float(r["seconds"]) for r in worked)
+    total = float(report["seconds"])
+    return {"fault": name, "rc": proc.returncode, "verdict": report["verdict"], "cleared_by_rung": rung,
+            "rungs": [r["rung"] for r in report["rungs"]], "playbook_wall_seconds": round(wall, 1),
+            "to_verdict_seconds": total, "working_rung_seconds": round(rung_seconds, 1),
+            "working_rung_share": round(rung_seconds / total, 2) if total else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of %s" % ", ".join(FAULTS))
+    args = ap.parse_args()
+    results = []
+    for name in args.faults.split(","):
+        results.append(run_one(name, FAULTS[name]))
+        r = results[-1]
+        print("%-16s %-9s rung %-4s total %6.1f s (playbook %6.1f s)  in rung %6.1f s = %s" % (
+            r["fault"], r["verdict"], r["cleared_by_rung"], r["to_verdict_seconds"], r["playbook_wall_seconds"],
+            r["working_rung_seconds"], "%d%%" % (100 * r["working_rung_share"]) if r["working_rung_share"] is not None else "-"))
+    os.makedirs(os.path.join(ROOT, "reports"), exist_ok=True)
+    with open(os.path.join(ROOT, "reports", "bench-recover.json"), "w", encoding="utf-8") as handle:
+        json.dump({"vmid": VMID, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results},
+                  handle, indent=2)
+    return 0 if all(r["verdict"] == "Clean" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

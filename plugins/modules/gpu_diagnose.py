@@ -1,0 +1,511 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_diagnose
+short_description: Diagnose the GPU and memory state of one Proxmox VE container from the node (read-only)
+version_added: 0.1.0
+author:
+  - inferops team (@inferops)
+description:
+  - Runs on the Proxmox VE node, as root, and gathers the evidence of rung 0 of the recovery ladder for one
+    container (see C(docs/recover.md)), without changing anything.
+  - GPUs and compute processes from C(nvidia-smi) (wrapped in C(timeout); a hang is itself a finding).
+    Compute-app PIDs are host PIDs; each is mapped to its container through C(/proc/PID/cgroup)
+    (C(/lxc/<vmid>/...) on PVE, C(lxc.payload.<vmid>) on plain LXC, cgroup v2 or the v1 hierarchies).
+  - Every host process is scanned once; the container's processes are classified (running, zombie, zombie
+    with live threads, D state on FUSE, NFS, in the NVIDIA driver, or unknown, from C(wchan) and
+    C(/proc/PID/stack)), and those holding C(/dev/nvidia*) (fd table, matched by device number) are listed.
+  - Host memory (MemAvailable, Shmem, Mlocked) through the parser of M(inferops.gpu_inference.gpu_host_facts),
+    the container's cgroup memory and OOM-kill count, leaked C(/dev/shm) segments in the container, the
+    state of the service inside it (C(pct exec <vmid> -- systemctl show)), recent kernel Xid/OOM/hung-task
+    lines (best effort) and the deploy baseline C(<baseline_dir>/<vmid>.json).
+  - The container's GPUs are those of the baseline, else its C(devN) (or C(lxc.mount.entry)) entries for
+    C(/dev/nvidiaN) in C(pct config).
+  - Takes O(samples) samples O(sample_interval) seconds apart; the verdict is C(Clean) only when every
+    sample passes, and a process counts as stuck only when it is in D state in every sample.
+  - Returns the verdict and the first rung of the ladder the evidence says is needed (it jumps rungs, for
+    example straight to the scoped kill when no service runs but escaped processes hold the GPUs).
+options:
+  vmid:
+    description: The container to diagnose.
+    type: int
+    required: true
+  service:
+    description: The systemd unit of the inference server inside the container.
+    type: str
+    default: sglang.service
+  baseline_dir:
+    description: Directory on the node holding C(<vmid>.json), the baseline deploy records before it starts the server.
+    type: path
+    default: /var/lib/inferops/baseline
+  samples:
+    description: Number of samples; all must be clean.
+    type: int
+    default: 2
+  sample_interval:
+    description: Seconds between samples.
+    type: float
+    default: 5
+  gpu_memory_tolerance_mib:
+    description: MiB above the baseline a GPU may use and still count as clean (GCM uses 15 MiB).
+    type: int
+    default: 16
+  mem_available_tolerance_bytes:
+    description:
+      - How far host MemAvailable may be below the baseline's. Default max(2% of MemTotal, 8 GiB).
+    type: int
+  shmem_tolerance_bytes:
+    description: How far host Shmem may be above the baseline's.
+    type: int
+    default: 2147483648
+  mlocked_tolerance_bytes:
+    description: How far host Mlocked may be above the baseline's.
+    type: int
+    default: 1073741824
+  min_available_pct:
+    description: Without a baseline, the host is clean when MemAvailable is at least this percentage of MemTotal.
+    type: float
+    default: 10
+  host_memory_attribution_bytes:
+    description:
+      - The node is shared. A host-memory shortfall makes this container Not clean only when its own cgroup uses
+        more than this; otherwise it is reported as a note (no rung of this container's ladder could change it).
+    type: int
+    default: 2147483648
+  after_rung:
+    description:
+      - The last rung already tried; the recommended rung is always higher (0 at the start).
+    type: int
+    default: 0
+  command_timeout:
+    description: Seconds each C(nvidia-smi) and C(pct) call may take (run under C(timeout)).
+    type: int
+    default: 30
+  kernel_log:
+    description: Read recent kernel messages (C(journalctl -k), else C(dmesg)) for Xid, OOM and hung-task lines.
+    type: bool
+    default: true
+  nvidia_smi_path:
+    description: Path to C(nvidia-smi); looked up in E(PATH) by default.
+    type: path
+  pct_path:
+    description: Path to C(pct); looked up in E(PATH) by default.
+    type: path
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: The module never changes anything.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+notes:
+  - Run it on the Proxmox VE node as root. Inside a container the driver reports no process, so the evidence is empty.
+seealso:
+  - module: inferops.gpu_inference.gpu_host_facts
+  - module: inferops.gpu_inference.gpu_recover_action
+"""
+
+EXAMPLES = r"""
+- name: Is CT 129 clean?
+  inferops.gpu_inference.gpu_diagnose:
+    vmid: 129
+  register: diag
+
+- name: Print the verdict
+  ansible.builtin.debug:
+    msg: "{{ diag.verdict }}: {{ diag.reasons | join('; ') }} (next rung {{ diag.recommended_rung }})"
+"""
+
+RETURN = r"""
+verdict:
+  description: C(Clean) or C(Not clean).
+  returned: always
+  type: str
+  sample: Not clean
+clean:
+  description: Whether every sample passed the gate.
+  returned: always
+  type: bool
+reasons:
+  description: Why the last failing sample is not clean (empty when clean).
+  returned: always
+  type: list
+  elements: str
+notes:
+  description: Facts worth knowing that do not decide the verdict (no baseline, GPUs shared with other holders).
+  returned: always
+  type: list
+  elements: str
+recommended_rung:
+  description: The rung to climb to next (0 when clean; 6 is the reboot report).
+  returned: always
+  type: int
+recommended_rung_name:
+  description: Its name (stop_service, kill_holders, unblock_stuck, stop_container, reset_gpus, reboot_report).
+  returned: always
+  type: str
+rung_reason:
+  description: Why that rung.
+  returned: always
+  type: str
+findings:
+  description: The facts the rung was chosen from (container_status, service_active, holders, stuck,
+    gpu_excess_without_process, host_memory_only, reboot_signals).
+  returned: always
+  type: dict
+evidence:
+  description:
+    - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
+      ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log, shm_leftovers,
+      nvlink_peers, samples.
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+
+_ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
+
+
+class Runner:
+    """Runs commands under coreutils timeout and remembers which ones hung."""
+
+    def __init__(self, module, timeout):
+        self.module = module
+        self.timeout = timeout
+        self.timeout_bin = module.get_bin_path("timeout")
+
+    def run(self, args, timeout=None):
+        t = int(timeout or self.timeout)
+        argv = [self.timeout_bin, "-k", "5", str(t)] + list(args) if self.timeout_bin else list(args)
+        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        return rc, out, err, rc in (124, 137) and self.timeout_bin is not None
+
+
+def load_baseline(directory, vmid):
+    path = os.path.join(directory, "%d.json" % vmid)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return path, None, None
+    except (OSError, ValueError) as exc:
+        return path, None, "unreadable baseline %s: %s" % (path, exc)
+    if not isinstance(data, dict):
+        return path, None, "baseline %s is not a JSON object" % path
+    return path, data, None
+
+
+def read_gpus(runner, smi):
+    """(gpu rows, compute apps, error, hung) from nvidia-smi."""
+    if not smi:
+        return [], [], "nvidia-smi not found", False
+    rc, out, err, hung = runner.run(gpu_facts.gpu_query_args(smi))
+    if hung:
+        return [], [], "nvidia-smi --query-gpu timed out", True
+    if rc != 0:
+        return [], [], "nvidia-smi exited %d: %s" % (rc, (err or out).strip()), rc == 15
+    try:
+        gpus = gpu_facts.parse_gpu_csv(out)
+    except gpu_facts.ParseError as exc:
+        return [], [], "unexpected nvidia-smi output: %s" % exc, False
+    rc, out, err, hung = runner.run(gpu_facts.compute_apps_query_args(smi))
+    if hung:
+        return gpus, [], "nvidia-smi --query-compute-apps timed out", True
+    if rc != 0:
+        return gpus, [], "nvidia-smi --query-compute-apps exited %d: %s" % (rc, (err or out).strip()), False
+    try:
+        apps = gpu_facts.parse_compute_apps_csv(out)
+    except gpu_facts.ParseError as exc:
+        return gpus, [], "unexpected nvidia-smi --query-compute-apps output: %s" % exc, False
+    return gpus, apps, None, False
+
+
+def _slim(proc):
+    keys = ("pid", "comm", "state", "class", "pgid", "nspid", "gpu_fds", "nvidia_fd_kinds", "wchan", "stack",
+            "threads", "task_states", "vmid")
+    return {k: proc.get(k) for k in keys}
+
+
+def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
+    gpus, apps, smi_error, hung = read_gpus(runner, smi)
+    scan = gr.scan_processes(vmid, "/", uvm_majors)
+    owner_of = {}
+    for app in apps:
+        pid = app.get("pid")
+        if pid is None:
+            continue
+        if not os.path.exists("/proc/%d" % pid):
+            owner_of[pid] = "gone"
+            continue
+        ct = gr.container_of_cgroup(gr._read("/proc/%d/cgroup" % pid))
+        owner_of[pid] = ct if ct is not None else "host"
+    uuid_to_index = {g["uuid"]: g["index"] for g in gpus}
+    for g in gpus:
+        g["apps"] = []
+    by_index = {g["index"]: g for g in gpus}
+    for app in apps:
+        idx = uuid_to_index.get(app.get("gpu_uuid"))
+        entry = dict(app, owner=owner_of.get(app.get("pid"), "gone"), gpu_index=idx)
+        if idx in by_index:
+            by_index[idx]["apps"].append(entry)
+    ct_procs = scan["container"]
+    ct_holders = [p for p in ct_procs if p["holds_nvidia"]]
+    ct_odd = [p for p in ct_procs if p["class"] not in ("running", "zombie")]
+    other_holders = [p for p in scan["nvidia_holders"] if p["vmid"] != vmid and set(p["gpu_fds"]) & set(container_gpus)]
+    try:
+        host_memory = gpu_facts.read_host_memory("/")
+    except gpu_facts.ParseError:
+        host_memory = {}
+    return {
+        "time": time.time(),
+        "vmid": vmid,
+        "container_gpus": container_gpus,
+        "gpus": gpus,
+        "nvidia_smi_error": smi_error,
+        "nvidia_smi_hung": hung,
+        "ct_processes": ct_procs,
+        "ct_holders": ct_holders,
+        "ct_stuck": ct_odd,
+        "other_gpu_holders": other_holders,
+        "host_memory": host_memory,
+        "ct_memory_usage_bytes": gr.container_memory(vmid, init_pid, "/")["memory_usage_bytes"],
+    }
+
+
+def diagnose(module):
+    p = module.params
+    vmid = p["vmid"]
+    runner = Runner(module, p["command_timeout"])
+    smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
+    pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
+    notes = []
+
+    container = {"vmid": vmid, "status": None, "init_pid": None, "gpus": [], "gpus_from": None}
+    if pct:
+        rc, out, err, hung = runner.run([pct, "status", str(vmid), "--verbose"])
+        if rc == 0:
+            st = gr.parse_pct_status(out)
+            container["status"], container["init_pid"] = st["status"], st["pid"]
+        else:
+            module.fail_json(msg="pct status %d failed (%s): %s" % (vmid, "timed out" if hung else "rc %d" % rc,
+                                                                    (err or out).strip()))
+        rc, out, err, hung = runner.run([pct, "config", str(vmid)])
+        config_gpus = gr.parse_pct_config_gpus(out) if rc == 0 else []
+    else:
+        module.fail_json(msg="pct not found: gpu_diagnose runs on a Proxmox VE node")
+    baseline_path, baseline, baseline_error = load_baseline(p["baseline_dir"], vmid)
+    if baseline_error:
+        notes.append(baseline_error)
+    if baseline and baseline.get("gpus"):
+        container["gpus"] = sorted(int(g["index"]) for g in baseline["gpus"] if g.get("index") is not None)
+        container["gpus_from"] = "baseline"
+        if config_gpus and sorted(config_gpus) != container["gpus"]:
+            notes.append("baseline GPUs %s differ from pct config devN GPUs %s" % (container["gpus"], config_gpus))
+    else:
+        container["gpus"] = config_gpus
+        container["gpus_from"] = "pct config devN"
+    if baseline is None:
+        notes.append("no baseline at %s: GPU baseline 0 MiB and no compute apps; host memory judged without a baseline"
+                     % baseline_path)
+
+    running = container["status"] == "running"
+    service = {"name": p["service"], "checked": False}
+    if running:
+        rc, out, err, hung = runner.run([pct, "exec", str(vmid), "--", "systemctl", "show", p["service"],
+                                         "-p", "ActiveState", "-p", "SubState", "-p", "UnitFileState",
+                                         "-p", "MainPID", "-p", "NRestarts", "-p", "LoadState"])
+        if rc == 0:
+            fields = gr.parse_systemctl_show(out)
+            service.update(checked=True, active_state=fields.get("ActiveState"), sub_state=fields.get("SubState"),
+                           unit_file_state=fields.get("UnitFileState"), load_state=fields.get("LoadState"),
+                           main_pid=int(fields["MainPID"]) if fields.get("MainPID", "").isdigit() else None,
+                           n_restarts=fields.get("NRestarts"))
+        else:
+            service["error"] = ("timed out" if hung else "rc %d: %s" % (rc, (err or out).strip()))
+    service_active = service.get("active_state") in _ACTIVE_STATES
+
+    uvm_majors = gr.parse_proc_devices(gr._read("/proc/devices"))
+    # The lab (and some drivers in containers) keep a copy; read both, never fail on them.
+    for extra in ("/run/inferops-lab/gpu/devices",):
+        if os.path.exists(extra):
+            uvm_majors += gr.parse_proc_devices(gr._read(extra))
+
+    tolerances = {
+        "gpu_memory_mib": p["gpu_memory_tolerance_mib"],
+        "mem_available_bytes": p["mem_available_tolerance_bytes"],
+        "shmem_bytes": p["shmem_tolerance_bytes"],
+        "mlocked_bytes": p["mlocked_tolerance_bytes"],
+        "min_available_pct": p["min_available_pct"],
+        "ct_attribution_bytes": p["host_memory_attribution_bytes"],
+    }
+    samples = []
+    evaluations = []
+    stuck_keys = None
+    for i in range(max(1, p["samples"])):
+        if i:
+            time.sleep(p["sample_interval"])
+        sample = take_sample(runner, smi, vmid, container["gpus"], uvm_majors, container["init_pid"])
+        keys = {(s["pid"], s["starttime"]) for s in sample["ct_stuck"]}
+        stuck_keys = keys if stuck_keys is None else stuck_keys & keys
+        samples.append(sample)
+        evaluations.append(gr.evaluate_sample(sample, baseline, tolerances))
+        if sample["nvidia_smi_hung"]:
+            break
+    last = samples[-1]
+    last_eval = evaluations[-1]
+    # Stuck = D/odd in every sample (a task briefly in D while exiting is not stuck).
+    stuck = [s for s in last["ct_stuck"] if (s["pid"], s["starttime"]) in (stuck_keys or set())]
+    clean = all(e["clean"] for e in evaluations)
+    failing = next((e for e in reversed(evaluations) if not e["clean"]), last_eval)
+
+    kernel = {"lines": [], "xids": [], "oom_kills_in_container": 0, "source": None}
+    if p["kernel_log"]:
+        journalctl = module.get_bin_path("journalctl")
+        dmesg = module.get_bin_path("dmesg")
+        text = None
+        if journalctl:
+            rc, out, err, hung = runner.run([journalctl, "-k", "--since", "-2h", "--no-pager", "-q", "-o", "short-iso"], 20)
+            if rc == 0 and out.strip():
+                text, kernel["source"] = out, "journalctl -k"
+        if text is None and dmesg:
+            rc, out, err, hung = runner.run([dmesg, "-T"], 20)
+            if rc == 0:
+                text, kernel["source"] = out, "dmesg"
+        if text is not None:
+            kernel.update(gr.parse_kernel_log(text, vmid))
+        else:
+            notes.append("kernel log not readable (journalctl/dmesg): no Xid/OOM evidence")
+    ct_memory = gr.container_memory(vmid, container["init_pid"], "/")
+    shm = gr.shm_leftovers(container["init_pid"], "/")
+    if shm:
+        notes.append("leftover /dev/shm segments in CT %d: %s" % (vmid, ", ".join(shm[:10])))
+    nvlink = {}
+    if smi and container["gpus"]:
+        rc, out, err, hung = runner.run([smi, "topo", "-m"], 20)
+        nvlink = gr.parse_topo_nvlink(out) if rc == 0 else {}
+        if rc != 0:
+            notes.append("nvidia-smi topo -m unavailable: NVLink peers unknown (GPUs reset individually)")
+
+    reboot_signals = []
+    if last["nvidia_smi_hung"]:
+        reboot_signals.append("nvidia-smi hung")
+    if last["nvidia_smi_error"] and "exited 15" in last["nvidia_smi_error"]:
+        reboot_signals.append("a GPU has fallen off the bus (nvidia-smi rc 15)")
+    bad_xids = sorted(set(kernel["xids"]) & gr.REBOOT_XIDS)
+    if bad_xids:
+        reboot_signals.append("kernel Xid %s" % ", ".join(str(x) for x in bad_xids))
+    gpu_rows = last_eval["gpus"]
+    excess_no_proc = any(g["excess_mib"] > p["gpu_memory_tolerance_mib"] and not any(
+        a.get("owner") == vmid for a in g["compute_apps"]) for g in gpu_rows) and not last["ct_holders"]
+    host_only = (not clean and all(g["clean"] for g in gpu_rows) and not last["ct_holders"] and not stuck
+                 and bool(last_eval["host"]["reasons"]) and not last["nvidia_smi_error"])
+    diag = {
+        "clean": clean,
+        "container_status": container["status"],
+        "service_active": service_active,
+        "ct_holders": last["ct_holders"],
+        "ct_stuck": stuck,
+        "gpu_excess_without_process": excess_no_proc,
+        "host_memory_only": host_only,
+        "reboot_signals": reboot_signals,
+    }
+    rung, why = gr.choose_rung(diag, p["after_rung"])
+    for e in evaluations:
+        for n in e["notes"]:
+            if n not in notes:
+                notes.append(n)
+    fuse = {}
+    for s in stuck:
+        if s["class"] in ("stuck_fuse",):
+            fuse[s["pid"]] = gr.fuse_connections_of(s["pid"], "/")
+    verdict = "Clean" if clean else "Not clean"
+    evidence = {
+        "container": dict(container, memory=ct_memory),
+        "service": service,
+        "gpus": gpu_rows,
+        "ct_processes": ["%d/%s/%s" % (x["pid"], x["comm"], x["class"]) for x in last["ct_processes"]],
+        "ct_holders": [_slim(x) for x in last["ct_holders"]],
+        "ct_stuck": [_slim(x) for x in stuck],
+        "fuse_connections": {str(k): v for k, v in fuse.items()},
+        "other_gpu_holders": [_slim(x) for x in last["other_gpu_holders"]],
+        "host_memory": last["host_memory"],
+        "host_judgement": last_eval["host"],
+        "baseline": {"path": baseline_path, "present": baseline is not None,
+                     "recorded_at": (baseline or {}).get("recorded_at")},
+        "kernel_log": kernel,
+        "shm_leftovers": shm,
+        "nvlink_peers": {str(k): v for k, v in nvlink.items()},
+        "nvidia_smi_error": last["nvidia_smi_error"],
+        "samples": [{"time": s["time"], "clean": e["clean"], "reasons": e["reasons"]} for s, e in zip(samples, evaluations)],
+    }
+    summary = "%s: CT %d (%s), %s" % (
+        verdict, vmid, container["status"],
+        "; ".join(failing["reasons"]) if not clean else "GPUs %s at baseline with no compute apps, host memory %s" % (
+            container["gpus"], "within tolerance of the baseline" if baseline else "above the no-baseline floor"))
+    return {
+        "changed": False,
+        "verdict": verdict,
+        "clean": clean,
+        "reasons": [] if clean else failing["reasons"],
+        "notes": notes,
+        "recommended_rung": rung,
+        "recommended_rung_name": gr.RUNG_NAMES[rung],
+        "rung_reason": why,
+        "summary": summary,
+        "findings": {
+            "container_status": container["status"],
+            "service_active": service_active,
+            "holders": len(last["ct_holders"]),
+            "stuck": len(stuck),
+            "gpu_excess_without_process": excess_no_proc,
+            "host_memory_only": host_only,
+            "reboot_signals": reboot_signals,
+        },
+        "evidence": evidence,
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            vmid=dict(type="int", required=True),
+            service=dict(type="str", default="sglang.service"),
+            baseline_dir=dict(type="path", default="/var/lib/inferops/baseline"),
+            samples=dict(type="int", default=2),
+            sample_interval=dict(type="float", default=5),
+            gpu_memory_tolerance_mib=dict(type="int", default=16),
+            mem_available_tolerance_bytes=dict(type="int"),
+            shmem_tolerance_bytes=dict(type="int", default=2 * 1024**3),
+            mlocked_tolerance_bytes=dict(type="int", default=1024**3),
+            min_available_pct=dict(type="float", default=10),
+            host_memory_attribution_bytes=dict(type="int", default=2 * 1024**3),
+            after_rung=dict(type="int", default=0),
+            command_timeout=dict(type="int", default=30),
+            kernel_log=dict(type="bool", default=True),
+            nvidia_smi_path=dict(type="path"),
+            pct_path=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params["vmid"] < 100:
+        module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % module.params["vmid"])
+    module.exit_json(**diagnose(module))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_recover_action
+short_description: Host-side recovery actions for one Proxmox VE container's GPUs (scoped kill, FUSE abort, GPU reset)
+version_added: 0.1.0
+author:
+  - inferops team (@inferops)
+description:
+  - The acting rungs of the recovery ladder that need the node's view of processes (see C(docs/recover.md)).
+    Runs on the Proxmox VE node as root; every target is re-discovered and re-checked at call time.
+  - O(action=kill_holders) (rung 2) sends SIGTERM, waits O(term_grace) seconds, then SIGKILL, to every process of the
+    container that holds C(/dev/nvidia*) or is listed by C(nvidia-smi) as a compute app, by process group when every
+    member of the group is in the container, else by PID. A process is in the container when its
+    C(/proc/PID/cgroup) names C(/lxc/<vmid>) (or C(lxc.payload.<vmid>)). The container's init is never signalled;
+    C(fuser -k) is never used.
+  - O(action=abort_fuse) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection
+    of the files it has open (C(/proc/PID/fdinfo) mount id -> C(/proc/PID/mountinfo) device C(0:N)), writes C(1) to
+    C(/sys/fs/fuse/connections/<N>/abort), then SIGKILLs those processes (scoped as above). A connection that is
+    also mounted in the host's mount namespace (lxcfs is one) is never aborted.
+  - O(action=reset_gpus) (rung 5) resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
+    no process at all holds it (its NVLink peers from C(nvidia-smi topo -m) are added and must be free too);
+    persistence mode is switched off first and restored afterwards. A GPU with a client is refused and reported.
+  - In check mode nothing is signalled, aborted or reset; the module reports what it would do.
+options:
+  vmid:
+    description: The container.
+    type: int
+    required: true
+  action:
+    description: What to do.
+    type: str
+    required: true
+    choices: [kill_holders, abort_fuse, reset_gpus]
+  term_grace:
+    description: Seconds between SIGTERM and SIGKILL (O(action=kill_holders)); V(0) sends only SIGKILL.
+    type: int
+    default: 10
+  wait:
+    description: Seconds to wait, after the last signal, for the processes to be gone (they may stay in D state).
+    type: int
+    default: 30
+  gpus:
+    description: GPU indexes to reset (O(action=reset_gpus)); normally the container's GPUs.
+    type: list
+    elements: int
+  command_timeout:
+    description: Seconds each C(nvidia-smi) call may take (C(-r) gets three times this).
+    type: int
+    default: 60
+  nvidia_smi_path:
+    description: Path to C(nvidia-smi); looked up in E(PATH) by default.
+    type: path
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+seealso:
+  - module: inferops.gpu_inference.gpu_diagnose
+"""
+
+EXAMPLES = r"""
+- name: Rung 2, kill CT 129's GPU holders from the host
+  inferops.gpu_inference.gpu_recover_action:
+    vmid: 129
+    action: kill_holders
+    term_grace: 10
+    wait: 60
+
+- name: Rung 5, reset CT 129's GPUs (only those without clients)
+  inferops.gpu_inference.gpu_recover_action:
+    vmid: 129
+    action: reset_gpus
+    gpus: [0, 1, 2, 3, 4, 5, 6, 7]
+"""
+
+RETURN = r"""
+planned:
+  description: What was (or, in check mode, would be) done.
+  returned: always
+  type: dict
+signalled:
+  description: Process groups and PIDs signalled, with the signals used.
+  returned: when action is kill_holders or abort_fuse
+  type: list
+  elements: dict
+aborted:
+  description: FUSE connections aborted.
+  returned: when action is abort_fuse
+  type: list
+  elements: dict
+refused:
+  description: What was refused and why (a GPU with clients, a shared FUSE connection, a PID outside the container).
+  returned: always
+  type: list
+  elements: dict
+remaining:
+  description: Targeted processes still present after the wait (PID, comm, state).
+  returned: always
+  type: list
+  elements: dict
+reset:
+  description: Per GPU reset result (rc and output).
+  returned: when action is reset_gpus
+  type: list
+  elements: dict
+"""
+
+import os
+import signal
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+
+
+def uvm_majors():
+    majors = gr.parse_proc_devices(gr._read("/proc/devices"))
+    if os.path.exists("/run/inferops-lab/gpu/devices"):
+        majors += gr.parse_proc_devices(gr._read("/run/inferops-lab/gpu/devices"))
+    return majors
+
+
+def run_smi(module, smi, args, timeout):
+    tbin = module.get_bin_path("timeout")
+    argv = ([tbin, "-k", "5", str(timeout)] if tbin else []) + [smi] + args
+    return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+
+def compute_app_pids(module, smi, timeout):
+    if not smi:
+        return []
+    rc, out, err = run_smi(module, smi, gpu_facts.compute_apps_query_args("x")[1:], timeout)
+    if rc != 0:
+        return []
+    try:
+        return [a["pid"] for a in gpu_facts.parse_compute_apps_csv(out) if a.get("pid")]
+    except gpu_facts.ParseError:
+        return []
+
+
+def ct_init_pid(module, vmid):
+    pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
+    if not pct:
+        return None
+    rc, out, err = module.run_command([pct, "status", str(vmid), "--verbose"])
+    return gr.parse_pct_status(out)["pid"] if rc == 0 else None
+
+
+def alive(refs):
+    """Targets (pid, starttime) still present and not zombies."""
+    left = []
+    for pid, start in refs:
+        st = gr.parse_stat(gr._read("/proc/%d/stat" % pid))
+        if st and st["starttime"] == start and st["state"] not in ("Z", "X"):
+            left.append({"pid": pid, "comm": st["comm"], "state": st["state"]})
+    return left
+
+
+def members(plan, procs):
+    by_pgid = {}
+    for p in procs:
+        by_pgid.setdefault(p["pgid"], []).append(p)
+    refs = {(int(p["pid"]), p["starttime"]) for g in plan["groups"] for p in by_pgid.get(g, [])}
+    pid_map = {p["pid"]: p for p in procs}
+    refs |= {(pid, pid_map[pid]["starttime"]) for pid in plan["pids"] if pid in pid_map}
+    return sorted(refs)
+
+
+def kill_holders(module, vmid, smi, result):
+    p = module.params
+    scan = gr.scan_processes(vmid, "/", uvm_majors())
+    procs = scan["container"]
+    app_pids = set(compute_app_pids(module, smi, p["command_timeout"]))
+    targets = [x for x in procs if x["holds_nvidia"] or x["pid"] in app_pids]
+    # Compute apps outside the container are reported, never touched.
+    outside = sorted(app_pids - {x["pid"] for x in procs})
+    for pid in outside:
+        ct = gr.container_of_cgroup(gr._read("/proc/%d/cgroup" % pid))
+        result["refused"].append({"pid": pid, "why": "compute app not in CT %d (%s)" % (
+            vmid, "CT %s" % ct if ct is not None else "host or gone")})
+    init_pid = ct_init_pid(module, vmid)
+    plan = gr.pids_to_signal(targets, procs, vmid, init_pid)
+    result["refused"].extend(plan["skipped"])
+    refs = members(plan, procs)
+    result["planned"] = {"action": "kill_holders", "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
+                         "process_groups": plan["groups"], "pids": plan["pids"],
+                         "signals": (["SIGTERM", "SIGKILL"] if p["term_grace"] > 0 else ["SIGKILL"])}
+    if not refs:
+        return
+    if module.check_mode:
+        result["changed"] = True
+        return
+    errors = []
+    if p["term_grace"] > 0:
+        errors += gr.send_signal(plan, signal.SIGTERM)
+        result["signalled"].append({"signal": "SIGTERM", "groups": plan["groups"], "pids": plan["pids"]})
+        gr.wait_until(lambda: not alive(refs), p["term_grace"])
+    if alive(refs):
+        errors += gr.send_signal(plan, signal.SIGKILL)
+        result["signalled"].append({"signal": "SIGKILL", "groups": plan["groups"], "pids": plan["pids"]})
+    result["changed"] = True
+    gr.wait_until(lambda: not alive(refs), p["wait"])
+    result["remaining"] = alive(refs)
+    if errors:
+        result["errors"] = errors
+
+
+def abort_fuse(module, vmid, result):
+    p = module.params
+    scan = gr.scan_processes(vmid, "/", uvm_majors())
+    procs = scan["container"]
+    stuck = [x for x in procs if x["class"] == "stuck_fuse"]
+    shared = gr.host_fuse_devices("/")
+    conns = {}
+    for x in stuck:
+        for c in gr.fuse_connections_of(x["pid"], "/"):
+            if c["device"] in shared or c["fstype"] == "fuse.lxcfs":
+                result["refused"].append({"conn": c["conn"], "why": "FUSE connection %s (%s on %s) is shared with the host "
+                                          "mount namespace: not aborted" % (c["device"], c["fstype"], c["mount_point"])})
+                continue
+            conns.setdefault(c["conn"], dict(c, pids=[]))["pids"].append(x["pid"])
+    init_pid = ct_init_pid(module, vmid)
+    plan = gr.pids_to_signal(stuck, procs, vmid, init_pid)
+    # Only the stuck PIDs themselves: their group may hold unrelated processes of the container.
+    plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
+            "skipped": plan["skipped"]}
+    refs = members(plan, procs)
+    result["planned"] = {"action": "abort_fuse", "stuck": ["%d/%s (%s)" % (x["pid"], x["comm"], x["wchan"]) for x in stuck],
+                         "connections": sorted(conns.values(), key=lambda c: c["conn"]), "then_sigkill": plan["pids"]}
+    if not stuck:
+        return
+    if module.check_mode:
+        result["changed"] = bool(conns)
+        return
+    for conn, info in sorted(conns.items()):
+        try:
+            gr.abort_fuse_connection(conn)
+            result["aborted"].append(info)
+            result["changed"] = True
+        except OSError as exc:
+            result["refused"].append({"conn": conn, "why": "abort failed: %s" % exc})
+    errors = gr.send_signal(plan, signal.SIGKILL)
+    result["signalled"].append({"signal": "SIGKILL", "groups": [], "pids": plan["pids"]})
+    gr.wait_until(lambda: not alive(refs), p["wait"])
+    result["remaining"] = alive(refs)
+    if errors:
+        result["errors"] = errors
+
+
+def reset_gpus(module, vmid, smi, result):
+    p = module.params
+    if not smi:
+        module.fail_json(msg="nvidia-smi not found", **result)
+    t = p["command_timeout"]
+    rc, out, err = run_smi(module, smi, gpu_facts.gpu_query_args("x")[1:], t)
+    if rc != 0:
+        module.fail_json(msg="nvidia-smi --query-gpu failed (rc %d): %s" % (rc, (err or out).strip()), **result)
+    rows = {g["index"]: g for g in gpu_facts.parse_gpu_csv(out)}
+    rc, out, err = run_smi(module, smi, ["topo", "-m"], t)
+    peers = gr.parse_topo_nvlink(out) if rc == 0 else {}
+    wanted = sorted(set(p["gpus"] or []))
+    # Clients: any process (any owner) with the GPU's node open, any compute app on it.
+    holders = gr.scan_processes(vmid, "/", uvm_majors())["nvidia_holders"]
+    busy = {}
+    for h in holders:
+        for g in h["gpu_fds"]:
+            busy.setdefault(g, []).append("%d/%s (%s)" % (h["pid"], h["comm"], "CT %s" % h["vmid"] if h["vmid"] is not None else "host"))
+    rc, out, err = run_smi(module, smi, gpu_facts.compute_apps_query_args("x")[1:], t)
+    uuid_index = {g["uuid"]: i for i, g in rows.items()}
+    if rc == 0:
+        for a in gpu_facts.parse_compute_apps_csv(out):
+            idx = uuid_index.get(a["gpu_uuid"])
+            if idx is not None:
+                busy.setdefault(idx, []).append("%s/%s (compute app)" % (a["pid"], a["process_name"]))
+    groups = []
+    done = set()
+    for g in wanted:
+        if g in done:
+            continue
+        group = gr.nvlink_closure([g], peers)
+        done |= set(group)
+        groups.append(group)
+    plan = []
+    for group in groups:
+        missing = [g for g in group if g not in rows]
+        clients = {g: busy[g] for g in group if busy.get(g)}
+        if missing or clients:
+            result["refused"].append({"gpus": group, "why": "GPU(s) %s not found" % missing if missing else
+                                      "clients on %s" % "; ".join("GPU %d: %s" % (g, ", ".join(c)) for g, c in clients.items())})
+            continue
+        pm_on = [g for g in group if (rows[g].get("persistence_mode") or "").lower() == "enabled"]
+        plan.append({"gpus": group, "persistence_mode_enabled": pm_on,
+                     "extra_nvlink_peers": [g for g in group if g not in wanted]})
+    result["planned"] = {"action": "reset_gpus", "nvlink_peers": {str(k): v for k, v in peers.items()},
+                         "nvlink_known": rc == 0, "groups": plan}
+    if module.check_mode or not plan:
+        result["changed"] = bool(plan) and module.check_mode
+        return
+    for item in plan:
+        ids = ",".join(str(g) for g in item["gpus"])
+        entry = {"gpus": item["gpus"]}
+        if item["persistence_mode_enabled"]:
+            pm_ids = ",".join(str(g) for g in item["persistence_mode_enabled"])
+            rc, out, err = run_smi(module, smi, ["-pm", "0", "-i", pm_ids], t)
+            entry["pm_off"] = {"rc": rc, "out": (out + err).strip()}
+        try:
+            rc, out, err = run_smi(module, smi, ["-r", "-i", ids], 3 * t)
+            entry.update(rc=rc, out=(out + err).strip(), ok=rc == 0)
+            result["changed"] = True
+        finally:
+            if item["persistence_mode_enabled"]:
+                rc2, out2, err2 = run_smi(module, smi, ["-pm", "1", "-i", pm_ids], t)
+                entry["pm_restore"] = {"rc": rc2, "out": (out2 + err2).strip()}
+        result["reset"].append(entry)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            vmid=dict(type="int", required=True),
+            action=dict(type="str", required=True, choices=["kill_holders", "abort_fuse", "reset_gpus"]),
+            term_grace=dict(type="int", default=10),
+            wait=dict(type="int", default=30),
+            gpus=dict(type="list", elements="int"),
+            command_timeout=dict(type="int", default=60),
+            nvidia_smi_path=dict(type="path"),
+        ),
+        required_if=[("action", "reset_gpus", ("gpus",))],
+        supports_check_mode=True,
+    )
+    vmid = module.params["vmid"]
+    if vmid < 100:
+        module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % vmid)
+    smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
+    result = {"changed": False, "planned": {}, "signalled": [], "aborted": [], "refused": [], "remaining": [],
+              "reset": []}
+    start = time.monotonic()
+    action = module.params["action"]
+    if action == "kill_holders":
+        kill_holders(module, vmid, smi, result)
+    elif action == "abort_fuse":
+        abort_fuse(module, vmid, result)
+    else:
+        reset_gpus(module, vmid, smi, result)
+    result["seconds"] = round(time.monotonic() - start, 2)
+    if action == "reset_gpus" and any(not r.get("ok") for r in result["reset"]):
+        module.fail_json(msg="GPU reset failed: %s" % "; ".join(r.get("out", "") for r in result["reset"] if not r.get("ok")),
+                         **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_diagnose
+
+VMID = 9876  # no such container on the test machine: the host scan finds none of its processes
+GPU_CSV = ("6, NVIDIA RTX PRO 6000, 97887, {used6}, GPU-6, 00000000:DB:00.0, 580.95.05, Enabled\n"
+           "7, NVIDIA RTX PRO 6000, 97887, 0, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n")
+
+
+def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0):
+    if baseline is not None:
+        (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return {"nvidia-smi": "/usr/bin/nvidia-smi", "pct": "/usr/sbin/pct"}.get(name)
+
+    def run_command(self, args, **kwargs):
+        cmd = [a for a in args]
+        if "status" in cmd:
+            return 0, "status: running\npid: 1\n", ""
+        if "config" in cmd:
+            return 0, "dev0: /dev/nvidia6\ndev1: /dev/nvidia7\nmemory: 4096\n", ""
+        if "exec" in cmd:
+            return 0, "ActiveState=%s\nSubState=dead\nUnitFileState=disabled\nMainPID=0\nLoadState=loaded\n" % service, ""
+        if any(a.startswith("--query-gpu") for a in cmd):
+            return (smi_rc, "" if smi_rc else GPU_CSV.format(used6=used6), "")
+        if any(a.startswith("--query-compute-apps") for a in cmd):
+            return 0, "", ""
+        return 1, "", "unsupported"
+
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    with patch_module_args({"vmid": VMID, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
+                            "kernel_log": False, "_ansible_check_mode": True}):
+        with pytest.raises(SystemExit):
+            gpu_diagnose.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_clean_without_baseline(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path)
+    assert res["changed"] is False
+    assert res["verdict"] == "Clean" and res["recommended_rung"] == 0
+    assert res["evidence"]["container"]["gpus"] == [6, 7]
+    assert res["evidence"]["container"]["gpus_from"] == "pct config devN"
+    assert any("no baseline" in n for n in res["notes"])
+
+
+def test_driver_held_memory_recommends_container_stop(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, used6=86140)
+    assert res["verdict"] == "Not clean"
+    assert res["recommended_rung"] == 4
+    assert res["findings"]["gpu_excess_without_process"] is True
+
+
+def test_active_service_recommends_rung_1(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, used6=86140, service="active")
+    assert res["recommended_rung"] == 1
+
+
+def test_baseline_gpus_and_memory_used(monkeypatch, capsys, tmp_path):
+    base = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 100}],
+            "host": {"mem_available_bytes": 1, "shmem_bytes": 0, "mlocked_bytes": 0}}
+    res = run(monkeypatch, capsys, tmp_path, used6=110, baseline=base)
+    assert res["evidence"]["container"]["gpus"] == [6]
+    assert res["evidence"]["baseline"]["present"] is True
+    assert res["verdict"] == "Clean", res["reasons"]
+
+
+def test_nvidia_smi_fallen_off_the_bus_is_a_reboot(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, smi_rc=15)
+    assert res["verdict"] == "Not clean"
+    assert res["recommended_rung"] == 6
