@@ -19,7 +19,7 @@ export ANSIBLE_VAULT_PASSWORD_FILE ?= /var/lib/inferops-lab/vault-pass
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \
             "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
-.PHONY: help setup test unit lint sanity lab lab-down lab-test molecule demo plan bench clean
+.PHONY: help setup test unit lint sanity lab lab-down lab-test molecule demo plan bench clean device-check
 
 help:
 	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
@@ -89,3 +89,7 @@ bench: lab
 
 clean:
 	rm -rf .build .collections tests/output
+
+# On a machine with a real NVIDIA GPU only (never resets or reconfigures it): tests/device/README.md.
+device-check: setup
+	tests/device/run.sh

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Recovery benchmark (not a test): per fault, one run of playbooks/recover.yml against the lab's CT 131.
+"""Recovery benchmark (not a test): per fault, one run of playbooks/recover.yml against the lab's CT 129.
 
 For each fault: set it up, time the playbook from start to its Clean verdict (the report's own clock, and the
 wall clock of the ansible-playbook process), and the share of that time spent in the rung that did the work.
 Prints a table and writes reports/bench-recover.json.
 
-Needs the lab (make lab) and CT 131 set up as the molecule scenario `recover` converges it
-(molecule converge -s recover). Run as root from the checkout:
+Needs the lab (make lab) and CT 129 deployed by deploy.yml (make demo, or benchmarks/deploy_bench.py, which
+`make bench` runs first). The last fault, the incident's OOM, redeploys with the guard explicitly off.
+Run as root from the checkout:
     .venv/bin/python benchmarks/recover_bench.py [--faults stuck,escaped-workers]
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LABCTL = os.path.join(ROOT, "tests", "lab", "labctl")
-VMID = 131
+VMID = 129
 START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
 FAULTS = {
     "service-running": {"setup": START},
@@ -32,6 +33,9 @@ FAULTS = {
     "driver-held": {"setup": START + " && %s fault inject driver-held --vmid %d && pct exec %d -- sh -c "
                              "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
                              % (LABCTL, VMID, VMID)},
+    # The incident: TP 8 x --hicache-size 2 in the 14 GiB container with the guard off; the cgroup OOM-kills ranks.
+    "oom": {"setup": "cd %s && .venv/bin/ansible-playbook -i inventories/lab/hosts.yml playbooks/deploy.yml "
+                     "-e @molecule/oom_guard/vars/override.yml >/dev/null 2>&1 || true" % ROOT},
 }
 
 

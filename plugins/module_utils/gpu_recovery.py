@@ -22,6 +22,8 @@ import signal as _signal
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import _join, _read, list_nvidia_devices
+
 # --------------------------------------------------------------------------- the ladder
 
 RUNG_CLEAN = 0
@@ -81,18 +83,6 @@ class RecoveryError(ValueError):
 
 
 # --------------------------------------------------------------------------- small file helpers
-
-
-def _join(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def _readlink(path: str) -> Optional[str]:
@@ -375,6 +365,16 @@ def parse_proc_devices(text: Optional[str]) -> list[int]:
             if int(parts[0]) != NVIDIA_MAJOR:
                 majors.append(int(parts[0]))
     return majors
+
+
+def uvm_majors(root: str = "/") -> list[int]:
+    """Majors of the dynamic NVIDIA character devices (nvidia-uvm, nvidia-caps, ...): those /proc/devices
+    names, plus the majors of the /dev/nvidia* nodes that exist (the nodes are what holders open)."""
+    majors = set(parse_proc_devices(_read(_join(root, "/proc/devices"))))
+    for node in list_nvidia_devices(root):
+        if node["type"] == "char" and node["major"] is not None and node["major"] != NVIDIA_MAJOR:
+            majors.add(node["major"])
+    return sorted(majors)
 
 
 # --------------------------------------------------------------------------- collectors (read-only)

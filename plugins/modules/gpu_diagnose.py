@@ -339,11 +339,7 @@ def diagnose(module):
             service["error"] = ("timed out" if hung else "rc %d: %s" % (rc, (err or out).strip()))
     service_active = service.get("active_state") in _ACTIVE_STATES
 
-    uvm_majors = gr.parse_proc_devices(gr._read("/proc/devices"))
-    # The lab (and some drivers in containers) keep a copy; read both, never fail on them.
-    for extra in ("/run/inferops-lab/gpu/devices",):
-        if os.path.exists(extra):
-            uvm_majors += gr.parse_proc_devices(gr._read(extra))
+    uvm_majors = gr.uvm_majors()
 
     tolerances = {
         "gpu_memory_mib": p["gpu_memory_tolerance_mib"],

@@ -115,7 +115,6 @@ reset:
   elements: dict
 """
 
-import os
 import signal
 import time
 
@@ -123,13 +122,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
-
-
-def uvm_majors():
-    majors = gr.parse_proc_devices(gr._read("/proc/devices"))
-    if os.path.exists("/run/inferops-lab/gpu/devices"):
-        majors += gr.parse_proc_devices(gr._read("/run/inferops-lab/gpu/devices"))
-    return majors
 
 
 def run_smi(module, smi, args, timeout):
@@ -180,7 +172,7 @@ def members(plan, procs):
 
 def kill_holders(module, vmid, smi, result):
     p = module.params
-    scan = gr.scan_processes(vmid, "/", uvm_majors())
+    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
     procs = scan["container"]
     app_pids = set(compute_app_pids(module, smi, p["command_timeout"]))
     targets = [x for x in procs if x["holds_nvidia"] or x["pid"] in app_pids]
@@ -219,7 +211,7 @@ def kill_holders(module, vmid, smi, result):
 
 def abort_fuse(module, vmid, result):
     p = module.params
-    scan = gr.scan_processes(vmid, "/", uvm_majors())
+    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
     procs = scan["container"]
     stuck = [x for x in procs if x["class"] == "stuck_fuse"]
     shared = gr.host_fuse_devices("/")
@@ -272,7 +264,7 @@ def reset_gpus(module, vmid, smi, result):
     peers = gr.parse_topo_nvlink(out) if rc == 0 else {}
     wanted = sorted(set(p["gpus"] or []))
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
-    holders = gr.scan_processes(vmid, "/", uvm_majors())["nvidia_holders"]
+    holders = gr.scan_processes(vmid, "/", gr.uvm_majors())["nvidia_holders"]
     busy = {}
     for h in holders:
         for g in h["gpu_fds"]:

@@ -24,7 +24,7 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
         return {"nvidia-smi": "/usr/bin/nvidia-smi", "pct": "/usr/sbin/pct"}.get(name)
 
     def run_command(self, args, **kwargs):
-        cmd = [a for a in args]
+        cmd = list(args)
         if "status" in cmd:
             return 0, "status: running\npid: 1\n", ""
         if "config" in cmd:
