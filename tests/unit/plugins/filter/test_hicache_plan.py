@@ -6,17 +6,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.inferops.gpu_inference.plugins.filter.hicache_plan import FilterModule, hicache_plan
-
-GIB = 2**30
-FACTS = {
-    "mem_total_bytes": 449 * GIB,
-    "mem_available_bytes": 445 * GIB,
-    "gpu_count": 8,
-    "gpu_memory_mib": 97887,
-    "sglang_version": "0.5.9",
-    "tp_size": 8,
-    "model_preset": "kimi-k2",
-}
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.incident import GIB, INCIDENT_FACTS as FACTS
 
 
 def test_registered_under_its_name():

@@ -5,19 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache as h
-
-GIB = 2**30
-GB = 10**9
-
-INCIDENT = {
-    "mem_total_bytes": 449 * GIB,
-    "mem_available_bytes": 445 * GIB,
-    "gpu_count": 8,
-    "gpu_memory_mib": 97887,
-    "sglang_version": "0.5.9",
-    "tp_size": 8,
-    "model_preset": "kimi-k2",
-}
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.incident import GB, GIB, INCIDENT_FACTS as INCIDENT
 
 
 def plan(**overrides):
