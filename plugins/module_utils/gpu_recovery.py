@@ -179,7 +179,7 @@ def parse_nspid(status_text: Optional[str]) -> list[int]:
 
 
 def parse_mountinfo(text: Optional[str]) -> list[dict[str, Any]]:
-    """/proc/PID/mountinfo lines: mount_id, major, minor, mount_point, fstype, source."""
+    """/proc/PID/mountinfo lines: mount_id, major, minor, mount_point, fstype, source, super_options."""
     mounts: list[dict[str, Any]] = []
     for line in (text or "").splitlines():
         left, sep, right = line.partition(" - ")
@@ -199,6 +199,7 @@ def parse_mountinfo(text: Optional[str]) -> list[dict[str, Any]]:
                     "mount_point": lf[4],
                     "fstype": rf[0],
                     "source": rf[1],
+                    "super_options": rf[2] if len(rf) > 2 else "",
                 }
             )
         except ValueError:
@@ -515,20 +516,13 @@ def shm_leftovers(init_pid: Optional[int], root: str = "/") -> list[str]:
 def _cgroup_mounts(root: str = "/") -> dict[str, str]:
     """{"" : v2 mount point, "memory": v1 memory mount point, ...} from /proc/self/mountinfo."""
     mounts: dict[str, str] = {}
-    for line in (_read(_join(root, "/proc/self/mountinfo")) or "").splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        rf = right.split()
-        lf = left.split()
-        if len(rf) < 3 or len(lf) < 5:
-            continue
-        if rf[0] == "cgroup2":
-            mounts.setdefault("", lf[4])
-        elif rf[0] == "cgroup":
-            for opt in rf[2].split(","):
+    for m in parse_mountinfo(_read(_join(root, "/proc/self/mountinfo"))):
+        if m["fstype"] == "cgroup2":
+            mounts.setdefault("", m["mount_point"])
+        elif m["fstype"] == "cgroup":
+            for opt in m["super_options"].split(","):
                 if opt in ("memory", "pids", "cpu", "cpuacct", "devices", "freezer") or opt.startswith("name="):
-                    mounts.setdefault(opt, lf[4])
+                    mounts.setdefault(opt, m["mount_point"])
     return mounts
 
 

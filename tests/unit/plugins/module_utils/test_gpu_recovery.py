@@ -85,7 +85,7 @@ def test_parse_mountinfo_and_fdinfo():
           "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n")
     mounts = gr.parse_mountinfo(mi)
     assert mounts[0] == {"mount_id": 135, "major": 0, "minor": 82, "mount_point": "/run/lab-stuckfs",
-                         "fstype": "fuse.lab-stuckfs", "source": "lab-stuckfs"}
+                         "fstype": "fuse.lab-stuckfs", "source": "lab-stuckfs", "super_options": "rw,user_id=0"}
     assert gr.parse_fdinfo_mnt_id("pos:\t0\nflags:\t0100000\nmnt_id:\t135\nino:\t2\n") == 135
     assert gr.parse_fdinfo_mnt_id("pos: 0\n") is None
 
@@ -365,6 +365,19 @@ def test_read_process_and_container_memory(tmp_path):
     assert got == {"cgroup_version": 1, "path": "/lxc/131", "memory_limit_bytes": 4294967296,
                    "memory_usage_bytes": 80162816, "oom_kills": 3}
     assert gr.container_memory(131, None, root)["path"] is None
+
+
+def test_cgroup_mounts_hybrid(tmp_path):
+    _fake_proc(tmp_path, "self", {"mountinfo": (
+        "26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n"
+        "27 25 0:24 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
+        "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        "32 25 0:28 / /sys/fs/cgroup/memory2 rw - cgroup cgroup rw,memory\n"
+        "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n")})
+    assert gr._cgroup_mounts(str(tmp_path)) == {
+        "": "/sys/fs/cgroup/unified", "name=systemd": "/sys/fs/cgroup/systemd", "memory": "/sys/fs/cgroup/memory",
+        "cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"}
 
 
 def test_container_cgroup_dir_v2_and_payload():

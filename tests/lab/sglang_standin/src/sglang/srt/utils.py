@@ -232,6 +232,16 @@ def descendants(pid: int):
     return out
 
 
+def pid_alive(pid: int) -> bool:
+    """True while pid exists and is neither a zombie nor dead (state Z/X in /proc/PID/stat)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        return False
+
+
 def kill_process_tree(pid: int, include_parent: bool = True):
     """SGLang's kill_process_tree: SIGKILL every descendant, then the process itself."""
     for child in descendants(pid):

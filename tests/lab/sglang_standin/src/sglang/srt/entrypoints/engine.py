@@ -99,15 +99,6 @@ def stop_children(procs, log, timeout: float = 30.0):
                 pass
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] not in (b"Z", b"X")
-    except (OSError, ValueError):
-        return False
-
-
 def main(argv) -> int:
     from sglang.srt.server_args import local_ranks, prepare_server_args, public
 
@@ -204,7 +195,7 @@ def main(argv) -> int:
         time.sleep(0.2)
         for info in infos:
             pid = info["pid"]
-            if pid not in warned and not pid_alive(pid):
+            if pid not in warned and not utils.pid_alive(pid):
                 warned.add(pid)
                 log.warning("Child process unexpectedly failed with exitcode=%s. pid=%d" % ("?", pid))
         for p in children:

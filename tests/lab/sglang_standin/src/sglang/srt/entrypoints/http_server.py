@@ -34,7 +34,7 @@ class ServerState:
         self.lock = threading.Lock()
 
     def ranks_alive(self) -> bool:
-        from sglang.srt.entrypoints.engine import pid_alive
+        from sglang.srt.utils import pid_alive
 
         return all(pid_alive(r["pid"]) for r in self.ranks)
 
