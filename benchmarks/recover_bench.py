@@ -33,6 +33,10 @@ FAULTS = {
     "driver-held": {"setup": START + " && %s fault inject driver-held --vmid %d && pct exec %d -- sh -c "
                              "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
                              % (LABCTL, VMID, VMID)},
+    # Memory the driver keeps after the CT is stopped: only a GPU reset (rung 5) frees it.
+    "driver-leak": {"setup": START + " && %s fault inject driver-leak --vmid %d && pct exec %d -- sh -c "
+                             "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
+                             % (LABCTL, VMID, VMID)},
     # The incident: TP 8 x --hicache-size 2 in the 14 GiB container with the guard off; the cgroup OOM-kills ranks.
     "oom": {"setup": "cd %s && .venv/bin/ansible-playbook -i inventories/lab/hosts.yml playbooks/deploy.yml "
                      "-e @molecule/oom_guard/vars/override.yml >/dev/null 2>&1 || true" % ROOT},

@@ -162,6 +162,28 @@ def test_fault_driver_held_released_by_host_reset(ct, clean):
         t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(G1))
 
 
+def test_fault_driver_leak_outlives_ct_until_host_reset(ct, clean):
+    pm = t.driver({"op": "query"})["gpus"][G1]["persistence_mode"]
+    base = t.gpu_used(G1)
+    t.ct_worker(ct, G1, 1200)
+    assert t.fault("inject", "driver-leak", "--vmid", ct).returncode == 0
+    t.attach(ct, ["pkill", "-9", "-f", "lab-worker"])
+    assert t.wait_for(lambda: not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)])
+    r = t.run(["pct", "stop", ct])
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        # the CT and every process of it are gone; the memory is not
+        assert t.gpu_used(G1) == base + 1200
+        assert t.driver({"op": "query"})["gpus"][G1]["driver_retained_mib"] == 1200
+        assert t.smi("-pm", "0", "-i", str(G1)).returncode == 0
+        r = t.smi("-r", "-i", str(G1))
+        assert r.returncode == 0, r.stdout
+        assert t.gpu_used(G1) == 0
+    finally:
+        t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(G1))
+        t.ct_start(ct)
+
+
 def test_fault_stuck_resists_sigkill_until_fuse_abort(ct, clean):
     base = t.gpu_used(G0)
     r = t.fault("inject", "stuck", "--vmid", ct, "--gpu", str(G0), "--mib", "2500")

@@ -9,7 +9,8 @@ container).  An allocation belongs to the calling process; it stays allocated wh
 (any live thread of it) keeps a /dev/nvidiaN node for that GPU open, and is released when the process
 is really gone (exited, zombie, PID reused) or has closed the node -- unless the "driver_held" fault
 is set for the caller's PID namespace, in which case the memory is retained by the "driver" until no
-process of that namespace is left (container stopped from the host) or the GPU is reset.
+process of that namespace is left (container stopped from the host) or the GPU is reset.  With the flag's
+"until": "reset" (fault "driver-leak") the retained memory outlives the namespace: only a GPU reset frees it.
 
 No polling thread: liveness is re-evaluated lazily on every request (the only way anyone can observe
 GPU memory is a request), so the daemon costs nothing while idle.
@@ -296,6 +297,7 @@ class Driver:
             if str(a["pidns"]) in self.driver_held:
                 a["retained"] = True
                 a["retained_since"] = time.time()
+                a["retained_until"] = self.driver_held[str(a["pidns"])].get("until", "namespace")
             else:
                 del self.allocs[h]
         retained_ns = {a["pidns"] for a in self.allocs.values() if a.get("retained")}
@@ -303,7 +305,7 @@ class Driver:
             if not pidns_populated(ns):
                 changed = True
                 for h, a in list(self.allocs.items()):
-                    if a.get("retained") and a["pidns"] == ns:
+                    if a.get("retained") and a["pidns"] == ns and a.get("retained_until", "namespace") != "reset":
                         del self.allocs[h]
         for ns in list(self.driver_held):
             if ns not in {str(x) for x in retained_ns} and not pidns_populated(int(ns)):
@@ -455,7 +457,11 @@ class Driver:
     def op_fault_set(self, req):
         if req.get("fault") != "driver_held":
             return {"ok": False, "error": "unknown fault"}
-        self.driver_held[str(int(req["pidns"]))] = {"since": time.time(), "label": str(req.get("label", ""))}
+        until = req.get("until", "namespace")
+        if until not in ("namespace", "reset"):
+            return {"ok": False, "error": "until must be namespace or reset"}
+        self.driver_held[str(int(req["pidns"]))] = {"since": time.time(), "label": str(req.get("label", "")),
+                                                    "until": until}
         self.save()
         return {"ok": True}
 

@@ -36,6 +36,9 @@ FAULTS = {
                        "moved to its init cgroup (sglang#23627, vllm#6766)",
     "driver-held": "the driver keeps the CT's GPU memory after its processes exit; released only when no "
                    "process of the CT is left (CT stopped from the host) or by a GPU reset from the host",
+    "driver-leak": "like driver-held, but the memory outlives the CT's processes and the CT itself: only a GPU "
+                   "reset from the host frees it (NVIDIA: leftover memory with no process is a driver issue, "
+                   "nvidia-docker#572; nvidia-smi -r clears state that would otherwise need a reboot)",
     "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
              "the FUSE connection is aborted from the host (gpu-recovery.md §1.2 b, Rung 3)",
 }
@@ -234,9 +237,9 @@ def clear_processes(rec):
                 pass
 
 
-def inject_driver_held(vmid, ipid, a):
+def inject_driver_held(vmid, ipid, a, until="namespace"):
     ns = driverd.pidns_of(ipid)
-    driver({"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid})
+    driver({"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid, "until": until})
     return {"pidns": ns}
 
 
@@ -316,9 +319,11 @@ def clear_stuck(vmid, rec):
 CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "escaped-workers": lambda v, r: clear_processes(r),
          "driver-held": clear_driver_held,
+         "driver-leak": clear_driver_held,
          "stuck": clear_stuck}
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
-          "driver-held": inject_driver_held, "stuck": inject_stuck}
+          "driver-held": inject_driver_held, "stuck": inject_stuck,
+          "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset")}
 
 
 # --------------------------------------------------------------------------- commands
