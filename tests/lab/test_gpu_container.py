@@ -132,12 +132,17 @@ def test_fault_escaped_workers(ct, clean):
     assert t.wait_for(lambda: (t.gpu_used(G0), t.gpu_used(G1)) == base)
 
 
-def test_fault_driver_held_until_ct_stopped(ct, clean):
-    base = t.gpu_used(G1)
-    t.ct_worker(ct, G1, 3000)
-    assert t.fault("inject", "driver-held", "--vmid", ct).returncode == 0
+def kill_worker_under_fault(ct, fault, mib):
+    """A worker in the CT holds mib on G1; with the fault injected it is SIGKILLed; no process is left."""
+    t.ct_worker(ct, G1, mib)
+    assert t.fault("inject", fault, "--vmid", ct).returncode == 0
     t.attach(ct, ["pkill", "-9", "-f", "lab-worker"])
     assert t.wait_for(lambda: not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)])
+
+
+def test_fault_driver_held_until_ct_stopped(ct, clean):
+    base = t.gpu_used(G1)
+    kill_worker_under_fault(ct, "driver-held", 3000)
     assert t.gpu_used(G1) == base + 3000  # no process, memory still used
     r = t.run(["pct", "stop", ct])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -145,42 +150,37 @@ def test_fault_driver_held_until_ct_stopped(ct, clean):
     t.ct_start(ct)
 
 
-def test_fault_driver_held_released_by_host_reset(ct, clean):
-    pm = t.driver({"op": "query"})["gpus"][G1]["persistence_mode"]
-    base = t.gpu_used(G1)
-    t.ct_worker(ct, G1, 1000)
-    assert t.fault("inject", "driver-held", "--vmid", ct).returncode == 0
-    t.attach(ct, ["pkill", "-9", "-f", "lab-worker"])
-    assert t.wait_for(lambda: not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)])
-    assert t.gpu_used(G1) == base + 1000
+def reset_from_node(gpu):
+    """Persistence mode off, `nvidia-smi -r -i gpu` on the node, persistence mode restored."""
+    pm = t.driver({"op": "query"})["gpus"][gpu]["persistence_mode"]
     try:
-        assert t.smi("-pm", "0", "-i", str(G1)).returncode == 0
-        r = t.smi("-r", "-i", str(G1))
+        assert t.smi("-pm", "0", "-i", str(gpu)).returncode == 0
+        r = t.smi("-r", "-i", str(gpu))
         assert r.returncode == 0, r.stdout
-        assert t.gpu_used(G1) == 0
     finally:
-        t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(G1))
+        t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(gpu))
+
+
+def test_fault_driver_held_released_by_host_reset(ct, clean):
+    base = t.gpu_used(G1)
+    kill_worker_under_fault(ct, "driver-held", 1000)
+    assert t.gpu_used(G1) == base + 1000
+    reset_from_node(G1)
+    assert t.gpu_used(G1) == 0
 
 
 def test_fault_driver_leak_outlives_ct_until_host_reset(ct, clean):
-    pm = t.driver({"op": "query"})["gpus"][G1]["persistence_mode"]
     base = t.gpu_used(G1)
-    t.ct_worker(ct, G1, 1200)
-    assert t.fault("inject", "driver-leak", "--vmid", ct).returncode == 0
-    t.attach(ct, ["pkill", "-9", "-f", "lab-worker"])
-    assert t.wait_for(lambda: not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)])
+    kill_worker_under_fault(ct, "driver-leak", 1200)
     r = t.run(["pct", "stop", ct])
     assert r.returncode == 0, r.stdout + r.stderr
     try:
         # the CT and every process of it are gone; the memory is not
         assert t.gpu_used(G1) == base + 1200
         assert t.driver({"op": "query"})["gpus"][G1]["driver_retained_mib"] == 1200
-        assert t.smi("-pm", "0", "-i", str(G1)).returncode == 0
-        r = t.smi("-r", "-i", str(G1))
-        assert r.returncode == 0, r.stdout
+        reset_from_node(G1)
         assert t.gpu_used(G1) == 0
     finally:
-        t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(G1))
         t.ct_start(ct)
 
 
