@@ -559,21 +559,20 @@ def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dic
             return None
         return None if n >= (1 << 62) else n
 
-    v2 = container_cgroup_dir(cg, vmid, "")
-    if v2 and "" in mounts and os.path.exists(_join(root, mounts[""] + v2 + "/memory.max")):
-        d = _join(root, mounts[""] + v2)
-        events = _read(d + "/memory.events") or ""
-        m = re.search(r"^oom_kill (\d+)", events, re.M)
-        result.update(cgroup_version=2, path=v2, memory_limit_bytes=num(_read(d + "/memory.max")),
-                      memory_usage_bytes=num(_read(d + "/memory.current")), oom_kills=int(m.group(1)) if m else None)
-        return result
-    v1 = container_cgroup_dir(cg, vmid, "memory")
-    if v1 and "memory" in mounts:
-        d = _join(root, mounts["memory"] + v1)
-        oom = _read(d + "/memory.oom_control") or ""
-        m = re.search(r"^oom_kill (\d+)", oom, re.M)
-        result.update(cgroup_version=1, path=v1, memory_limit_bytes=num(_read(d + "/memory.limit_in_bytes")),
-                      memory_usage_bytes=num(_read(d + "/memory.usage_in_bytes")), oom_kills=int(m.group(1)) if m else None)
+    # (version, controller, limit file, usage file, file with the oom_kill counter); v2 first, as on PVE 7+
+    layouts = ((2, "", "memory.max", "memory.current", "memory.events"),
+               (1, "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.oom_control"))
+    for version, controller, limit_file, usage_file, events_file in layouts:
+        path = container_cgroup_dir(cg, vmid, controller)
+        if not path or controller not in mounts:
+            continue
+        d = _join(root, mounts[controller] + path)
+        if not os.path.exists(d + "/" + limit_file):
+            continue
+        m = re.search(r"^oom_kill (\d+)", _read(d + "/" + events_file) or "", re.M)
+        result.update(cgroup_version=version, path=path, memory_limit_bytes=num(_read(d + "/" + limit_file)),
+                      memory_usage_bytes=num(_read(d + "/" + usage_file)), oom_kills=int(m.group(1)) if m else None)
+        break
     return result
 
 

@@ -367,6 +367,22 @@ def test_read_process_and_container_memory(tmp_path):
     assert gr.container_memory(131, None, root)["path"] is None
 
 
+def test_container_memory_v2(tmp_path):
+    root = str(tmp_path)
+    _fake_proc(tmp_path, 2001, {"cgroup": "0::/lxc/129/ns/init.scope\n"})
+    _fake_proc(tmp_path, "self", {"mountinfo": "26 25 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"})
+    d = tmp_path / "sys/fs/cgroup/lxc/129"
+    d.mkdir(parents=True)
+    (d / "memory.max").write_text("15032385536\n")
+    (d / "memory.current").write_text("2147483648\n")
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
+    assert gr.container_memory(129, 2001, root) == {"cgroup_version": 2, "path": "/lxc/129",
+                                                   "memory_limit_bytes": 15032385536,
+                                                   "memory_usage_bytes": 2147483648, "oom_kills": 2}
+    (d / "memory.max").write_text("max\n")
+    assert gr.container_memory(129, 2001, root)["memory_limit_bytes"] is None
+
+
 def test_cgroup_mounts_hybrid(tmp_path):
     _fake_proc(tmp_path, "self", {"mountinfo": (
         "26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n"
