@@ -376,9 +376,9 @@ def test_container_memory_v2(tmp_path):
     (d / "memory.max").write_text("15032385536\n")
     (d / "memory.current").write_text("2147483648\n")
     (d / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
-    assert gr.container_memory(129, 2001, root) == {"cgroup_version": 2, "path": "/lxc/129",
-                                                   "memory_limit_bytes": 15032385536,
-                                                   "memory_usage_bytes": 2147483648, "oom_kills": 2}
+    expected = {"cgroup_version": 2, "path": "/lxc/129", "memory_limit_bytes": 15032385536,
+                "memory_usage_bytes": 2147483648, "oom_kills": 2}
+    assert gr.container_memory(129, 2001, root) == expected
     (d / "memory.max").write_text("max\n")
     assert gr.container_memory(129, 2001, root)["memory_limit_bytes"] is None
 
