@@ -12,36 +12,56 @@ BUILD_DIR := $(ROOT)/.build/ansible_collections/inferops/gpu_inference
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
-# The lab writes its inventory's vault with a generated password (tests/lab/labctl up).
-export ANSIBLE_VAULT_PASSWORD_FILE ?= /var/lib/inferops-lab/vault-pass
+# The lab writes its inventory's vault with a generated password (tests/lab/labctl up); only the targets
+# that run against the lab read it, so the others work on a machine where the lab never ran.
+LAB_VAULT_PASS := /var/lib/inferops-lab/vault-pass
+LAB_TARGETS    := lab-test molecule demo bench
+$(LAB_TARGETS): export ANSIBLE_VAULT_PASSWORD_FILE ?= $(LAB_VAULT_PASS)
 
 # ansible-core 2.21 needs Python >= 3.12: take the first interpreter that really runs.
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \
             "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
-.PHONY: help setup test unit lint sanity lab lab-down lab-test molecule demo plan bench clean device-check
+.PHONY: help setup setup-core test check unit pure lint sanity controller-requirements lab lab-down lab-test \
+        molecule demo plan bench clean device-check
 
 help:
 	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
-	@echo "make test     run every test (unit, lint, sanity, lab, molecule)"
+	@echo "make test     run every test (unit, lint, sanity, controller requirements, lab, molecule)"
+	@echo "make check    the fast tier: unit, lint and the tests that need no lab (about a minute)"
 	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
 	@echo "make bench    run the benchmarks"
 
-$(BIN)/.stamp: requirements.txt requirements-dev.txt
+$(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install one (ansible-core 2.21 needs it) or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
 	"$(PYTHON)" -m venv "$(VENV)"
-	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-dev.txt
+
+# The calculator needs ansible-core alone (its pin from requirements.txt); everything else the whole toolchain.
+$(BIN)/.stamp-core: requirements.txt | $(BIN)/python
+	"$(BIN)/pip" install --quiet --disable-pip-version-check "$$(grep -E '^ansible-core==' requirements.txt)"
 	touch "$@"
+
+$(BIN)/.stamp: requirements.txt requirements-dev.txt | $(BIN)/python
+	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch "$(BIN)/.stamp-core" "$@"
 
 $(COLL_LINK):
 	mkdir -p "$(dir $@)"
 	ln -sfn ../../.. "$@"
 
+setup-core: $(BIN)/.stamp-core $(COLL_LINK)
 setup: $(BIN)/.stamp $(COLL_LINK)
 
 unit: setup
 	cd "$(COLL_LINK)" && "$(BIN)/python" -m pytest -q tests/unit
+
+# Tests that need neither root nor the lab (the SGLang stand-in's arithmetic, in-process).
+PURE_TESTS := tests/lab/test_sglang_units.py
+pure: setup
+	"$(BIN)/python" -m pytest -q -p no:cacheprovider $(PURE_TESTS)
+
+check: unit pure lint
 
 lint: setup
 	"$(BIN)/yamllint" -s .
@@ -60,7 +80,17 @@ sanity: setup
 	cd "$(BUILD_DIR)" && git init -q . && git add -A >/dev/null && \
 	  "$(BIN)/ansible-test" sanity --venv --requirements --python 3.12 --color no
 
-plan: setup
+# requirements.txt alone (a controller's install) must run deploy and recover: a venv built from it
+# syntax-checks both playbooks and imports every third-party module our plugins and the ones we use import.
+CTRL_VENV := $(ROOT)/.build/controller-venv
+controller-requirements: $(COLL_LINK)
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
+	rm -rf "$(CTRL_VENV)"
+	"$(PYTHON)" -m venv "$(CTRL_VENV)"
+	"$(CTRL_VENV)/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt
+	"$(CTRL_VENV)/bin/python" tests/controller/check_requirements.py
+
+plan: setup-core
 	"$(BIN)/ansible-playbook" playbooks/plan.yml $(if $(VARS),-e @$(VARS),)
 
 lab: setup
@@ -81,7 +111,7 @@ demo: lab
 	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml
 	@echo; echo "Report: $(ROOT)/reports/ct129/deploy.txt (JSON beside it)"; echo; cat "$(ROOT)/reports/ct129/deploy.txt"
 
-test: unit lint sanity lab-test molecule
+test: unit pure lint sanity controller-requirements lab-test molecule
 
 bench: lab
 	"$(BIN)/python" benchmarks/deploy_bench.py --fresh
