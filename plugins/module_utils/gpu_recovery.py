@@ -451,19 +451,22 @@ def scan_processes(vmid: int, root: str = "/", uvm_majors: Iterable[int] = (),
                    stat_fn: Callable[[str], os.stat_result] = os.stat) -> dict[str, Any]:
     """Host-wide scan: the container's processes and every process (any owner) holding /dev/nvidia*.
 
-    Returns {"container": [procs of vmid], "nvidia_holders": [procs holding nvidia fds, any owner]}.
+    Returns {"container": [procs of vmid], "nvidia_holders": [procs holding nvidia fds, any owner],
+    "all": [every process on the host]} ("all" is what ``pids_to_signal`` must judge process groups by).
     """
     container: list[dict[str, Any]] = []
     holders: list[dict[str, Any]] = []
+    everyone: list[dict[str, Any]] = []
     for pid in list_pids(root):
         proc = read_process(pid, root, uvm_majors, deep=True, stat_fn=stat_fn)
         if proc is None:
             continue
+        everyone.append(proc)
         if proc["vmid"] == vmid:
             container.append(proc)
         if proc["holds_nvidia"]:
             holders.append(proc)
-    return {"container": container, "nvidia_holders": holders}
+    return {"container": container, "nvidia_holders": holders, "all": everyone}
 
 
 def fuse_connections_of(pid: int, root: str = "/") -> list[dict[str, Any]]:
@@ -772,6 +775,9 @@ def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Map
     member of that group is in the container and the group is not the container init's; else the PID alone.
 
     Never the container's init (NSpid ending in 1, or ``init_pid``), never a PID outside the container.
+    ``all_procs`` must be every process on the host (``scan_processes(...)["all"]``), not only the
+    container's: a process started by a non-interactive ``pct exec`` keeps the host caller's process
+    group, and only the host's members of that group tell that ``kill(-pgid)`` would reach the host.
     Returns {"groups": [pgid], "pids": [pid], "skipped": [{pid, why}]}.
     """
     by_pgid: dict[int, list[Mapping[str, Any]]] = {}
