@@ -614,6 +614,13 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
                 reasons.append("GPU %d of the container is not reported by nvidia-smi" % idx)
             continue
         apps = row.get("apps", [])
+        if row.get("memory_used_mib") is None:
+            # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (GR §4).
+            reasons.append("GPU %d: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): "
+                           "it cannot be judged clean" % idx)
+            gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": None, "compute_apps": apps,
+                             "clean": False})
+            continue
         own = [a for a in apps if a.get("owner") == vmid]
         foreign = [a for a in apps if a.get("owner") not in (vmid,)]
         foreign_mib = sum(int(a.get("used_memory_mib") or 0) for a in foreign if a.get("owner") != "gone")
