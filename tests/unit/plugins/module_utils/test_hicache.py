@@ -74,7 +74,8 @@ def test_power_of_two_pinning_boundary_0_5_4(version, power_of_two):
     pinned = result["pinned_per_rank_bytes"]
     assert (pinned == 2**35) is power_of_two
     if not power_of_two:
-        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64
+        # exact size: the tokens' bytes, plus at most two 64 KiB allocation granules
+        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64 + 2 * h.ALLOC_GRANULE_BYTES
 
 
 def test_page_alignment_boundary_0_5_5_down_0_5_6_up_plus_one_page():
@@ -134,11 +135,50 @@ def test_late_rank_double_counting_warning_from_0_5_19():
 
 
 @pytest.mark.parametrize(
-    "text, expected",
-    [("0.5.9", "0.5.9"), ("v0.5.9", "0.5.9"), ("0.5.9.post1", "0.5.9"), ("0.5.10rc0", "0.5.10"), (" 0.5.9 ", "0.5.9")],
+    "text, behaves_as",
+    [
+        ("0.5.9", ["0.5.9"]),
+        ("v0.5.9", ["0.5.9"]),
+        (" 0.5.9 ", ["0.5.9"]),
+        ("0.5.9.post1", ["0.5.9", "0.5.10"]),  # post releases are cut from main after 0.5.9
+        ("0.5.10rc0", ["0.5.9", "0.5.10"]),
+        ("0.5.15.dev0", ["0.5.14", "0.5.15"]),
+        ("0.5.5rc1", ["0.5.4", "0.5.5"]),
+        ("0.5.9+cu128", ["0.5.8", "0.5.9", "0.5.10"]),
+        ("0.5.0", ["0.4.10", "0.5.1"]),  # 0.5.0 was only published as release candidates
+        ("0.5.23.post1", ["0.5.23"]),
+        ("0.6.0rc1", ["0.5.23"]),
+    ],
 )
-def test_version_forms(text, expected):
-    assert str(h.parse_version(text)) == expected
+def test_version_forms_and_the_releases_they_may_behave_as(text, behaves_as):
+    version = h.parse_version(text)
+    assert str(version) == text.strip().lstrip("v")
+    releases, warning = h.behaviour_releases(version)
+    assert ["%d.%d.%d" % r for r in releases] == behaves_as
+    assert (warning is None) is (len(behaves_as) == 1 and not version.key > h.KNOWN_LAST_VERSION)
+
+
+def test_pre_release_is_planned_with_the_previous_release_pinning_too():
+    # 0.5.5rc1 may still pin the 0.5.4 way (power of two): the plan must hold for that.
+    rc = plan(sglang_version="0.5.5rc1")
+    assert rc["per_rank_gb"] == plan(sglang_version="0.5.4")["per_rank_gb"] < plan(sglang_version="0.5.5")["per_rank_gb"]
+    assert rc["behaviour_of_releases"] == ["0.5.4", "0.5.5"]
+    assert any("0.5.4 or 0.5.5" in w for w in rc["warnings"])
+    assert "behaviour of 0.5.4 or 0.5.5" in rc["explain"][0]
+
+
+def test_dev_build_keeps_the_host_pool_assertion_of_the_previous_release():
+    # 0.5.15.dev0 may still assert host tokens > device tokens (0.5.14): a size below the device pool is refused.
+    dev = plan(sglang_version="0.5.15.dev0", requested_gb=8, device_pool_tokens_per_rank=116000)
+    assert dev["fits"] is False
+    assert "asserts host tokens > device tokens" in "\n".join(dev["explain"])
+    assert plan(sglang_version="0.5.15", requested_gb=8, device_pool_tokens_per_rank=116000)["fits"] is True
+
+
+@pytest.mark.parametrize("text", ["0.4.9rc1", "0.4.9.dev0", "0.4.9+local", "0.4.8"])
+def test_builds_before_the_first_known_release_are_refused(text):
+    with pytest.raises(h.PlanError, match="older than 0.4.9"):
+        plan(sglang_version=text)
 
 
 def test_newer_than_known_version_warns():
@@ -267,11 +307,11 @@ def test_string_numbers_from_extra_vars_are_accepted():
         ({"mem_available_bytes": 445 * 1024}, "MiB figure"),
         ({"mem_limit_bytes": 64}, "mem_limit_bytes=64 is only 64 bytes"),
         ({"mem_available_bytes": 500 * GIB}, "cannot exceed MemTotal"),
-        ({"tp_size": 3}, "do not divide the host's 8 GPUs"),
+        ({"tp_size": 3}, "64 attention heads over an attention TP size of 3"),
         ({"tp_size": 16}, "16 GPU ranks on each host .* has 8 GPUs"),
         ({"tp_size": 4, "dp_size": 4}, "16 GPU ranks"),
-        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "must divide tp_size"),
-        ({"tp_size": 12, "nnodes": 8}, "cannot be spread evenly"),
+        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "tp_size must be divisible by dp_size"),
+        ({"tp_size": 12, "nnodes": 8}, '"tp_size must be divisible by number of nodes"'),
         ({"tp_size": 0}, "tp_size must be at least 1"),
         ({"tp_size": True}, "tp_size must be a number"),
         ({"tp_size": "eight"}, "tp_size must be a whole number"),
