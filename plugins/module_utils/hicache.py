@@ -790,9 +790,10 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
     if placement.nodes_launching_missing_stages:
         nodes = placement.nodes_launching_missing_stages
         warnings.append(
-            "pp_size %d does not divide nnodes %d: SGLang's launcher gives node rank(s) %s PP stage numbers past the last "
-            "stage; their %d scheduler(s) each cannot join the job, so those nodes are wasted. The plan still sizes every "
-            "node for the %d ranks the launcher starts on it" % (pp, nnodes, ", ".join(str(n) for n in nodes), placement.ranks_per_node, placement.ranks_per_node)
+            "pp_size %d does not divide nnodes %d: SGLang's launcher makes node rank(s) %s start %d scheduler(s) each for "
+            "a PP stage that does not exist; they cannot join the job, so those nodes are wasted. The plan still sizes "
+            "every node for the %d ranks the launcher starts on it"
+            % (pp, nnodes, ", ".join(str(n) for n in nodes), placement.ranks_per_node, placement.ranks_per_node)
         )
 
     kv_choices, kv_source, dsa = _kv_choices(data, tp, pp, dp, dp_attention)

@@ -10,8 +10,9 @@ asserts:
 * the plan never accepts a layout SGLang refuses (or would wait on forever), nor refuses one SGLang runs;
 * every input, however wrong, gives a result or an AnsibleFilterError, never another exception.
 
-`make unit` runs HICACHE_PROPERTY_EXAMPLES examples (default 2,000); `make property` runs 100,000
-(docs/sizing.md).  The counts are printed.
+`make unit` runs HICACHE_PROPERTY_EXAMPLES examples (default 2,000); `make property` runs 130,000, of
+which at least 100,000 must be layouts (HICACHE_PROPERTY_MIN_LAYOUTS; about one example in five is a
+wrong input).  The counts and the wall time are printed (docs/sizing.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ansible_collections.inferops.gpu_inference.tests.unit.plugins import sglang
 GIB = 2**30
 MIB = 2**20
 EXAMPLES = int(os.environ.get("HICACHE_PROPERTY_EXAMPLES", "2000"))
+MIN_LAYOUTS = int(os.environ.get("HICACHE_PROPERTY_MIN_LAYOUTS", "0"))
 
 FINAL = ["0.4.9", "0.4.10"] + ["0.5.%d" % n for n in range(1, 24)]
 SUFFIXES = ["", "", "", "", "rc0", "rc2", ".dev0", ".post1", ".post2", "+cu128", "rc1+local"]
@@ -288,10 +290,14 @@ def test_plans_are_safe_by_the_oracle_and_errors_are_filter_errors(capsys):
     finally:
         elapsed = time.monotonic() - start
         with capsys.disabled():
-            print("\nhicache property run: %d examples in %.1f s (HICACHE_PROPERTY_EXAMPLES=%d)" % (stats["examples"], elapsed, EXAMPLES))
+            print(
+                "\nhicache property run: %d examples (%d layouts, %d wrong inputs) in %.1f s (HICACHE_PROPERTY_EXAMPLES=%d)"
+                % (stats["examples"], stats["layouts"], stats["wrong inputs"], elapsed, EXAMPLES)
+            )
             for key in sorted(stats):
                 print("  %-55s %d" % (key, stats[key]))
             print("  %-55s %d" % ("UNSAFE answers", stats["UNSAFE"]))
             print("  %-55s %d" % ("non-filter errors", stats["NON-FILTER ERROR"]))
     assert stats["examples"] >= EXAMPLES
+    assert stats["layouts"] >= MIN_LAYOUTS
     assert stats["UNSAFE"] == 0 and stats["NON-FILTER ERROR"] == 0

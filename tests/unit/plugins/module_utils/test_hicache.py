@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 
 import pytest
+import yaml
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache as h
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins.incident import GB, GIB, INCIDENT_FACTS as INCIDENT
@@ -578,3 +581,21 @@ def test_legitimate_coercions_are_kept():
 def test_every_memory_figure_is_formatted_without_floats():
     assert h.fmt_gb(10**40) == "10000000000000000000000000000000.0 GB"
     assert h.fmt_gib(-3 * GIB) == "-3.00 GiB"
+
+
+# ---------------------------------------------------------------- the example inventories
+
+
+EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "inventories", "examples", "*.yml")))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
+def test_every_example_plans_and_fits(path):
+    with open(path) as handle:
+        data = yaml.safe_load(handle)["plan_input"]
+    result = h.plan(data)
+    assert result["fits"] is True and result["per_rank_gb"] >= 1
+
+
+def test_examples_were_found():
+    assert len(EXAMPLES) >= 7
