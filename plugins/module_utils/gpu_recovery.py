@@ -451,19 +451,22 @@ def scan_processes(vmid: int, root: str = "/", uvm_majors: Iterable[int] = (),
                    stat_fn: Callable[[str], os.stat_result] = os.stat) -> dict[str, Any]:
     """Host-wide scan: the container's processes and every process (any owner) holding /dev/nvidia*.
 
-    Returns {"container": [procs of vmid], "nvidia_holders": [procs holding nvidia fds, any owner]}.
+    Returns {"container": [procs of vmid], "nvidia_holders": [procs holding nvidia fds, any owner],
+    "all": [every process on the host]} ("all" is what ``pids_to_signal`` must judge process groups by).
     """
     container: list[dict[str, Any]] = []
     holders: list[dict[str, Any]] = []
+    everyone: list[dict[str, Any]] = []
     for pid in list_pids(root):
         proc = read_process(pid, root, uvm_majors, deep=True, stat_fn=stat_fn)
         if proc is None:
             continue
+        everyone.append(proc)
         if proc["vmid"] == vmid:
             container.append(proc)
         if proc["holds_nvidia"]:
             holders.append(proc)
-    return {"container": container, "nvidia_holders": holders}
+    return {"container": container, "nvidia_holders": holders, "all": everyone}
 
 
 def fuse_connections_of(pid: int, root: str = "/") -> list[dict[str, Any]]:
@@ -611,6 +614,13 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
                 reasons.append("GPU %d of the container is not reported by nvidia-smi" % idx)
             continue
         apps = row.get("apps", [])
+        if row.get("memory_used_mib") is None:
+            # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (GR §4).
+            reasons.append("GPU %d: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): "
+                           "it cannot be judged clean" % idx)
+            gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": None, "compute_apps": apps,
+                             "clean": False})
+            continue
         own = [a for a in apps if a.get("owner") == vmid]
         foreign = [a for a in apps if a.get("owner") not in (vmid,)]
         foreign_mib = sum(int(a.get("used_memory_mib") or 0) for a in foreign if a.get("owner") != "gone")
@@ -772,6 +782,9 @@ def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Map
     member of that group is in the container and the group is not the container init's; else the PID alone.
 
     Never the container's init (NSpid ending in 1, or ``init_pid``), never a PID outside the container.
+    ``all_procs`` must be every process on the host (``scan_processes(...)["all"]``), not only the
+    container's: a process started by a non-interactive ``pct exec`` keeps the host caller's process
+    group, and only the host's members of that group tell that ``kill(-pgid)`` would reach the host.
     Returns {"groups": [pgid], "pids": [pid], "skipped": [{pid, why}]}.
     """
     by_pgid: dict[int, list[Mapping[str, Any]]] = {}

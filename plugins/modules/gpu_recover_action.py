@@ -170,6 +170,15 @@ def members(plan, procs):
     return sorted(refs)
 
 
+def replan(vmid, refs, init_pid):
+    """The plan again from a fresh process table, for the targets still alive with the same start time
+    (a PID reused since the first plan is not one of them), their groups judged anew."""
+    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
+    left = set(refs)
+    targets = [x for x in scan["container"] if (int(x["pid"]), x["starttime"]) in left]
+    return gr.pids_to_signal(targets, scan["all"], vmid, init_pid)
+
+
 def kill_holders(module, vmid, smi, result):
     p = module.params
     scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
@@ -183,9 +192,9 @@ def kill_holders(module, vmid, smi, result):
         result["refused"].append({"pid": pid, "why": "compute app not in CT %d (%s)" % (
             vmid, "CT %s" % ct if ct is not None else "host or gone")})
     init_pid = ct_init_pid(module, vmid)
-    plan = gr.pids_to_signal(targets, procs, vmid, init_pid)
+    plan = gr.pids_to_signal(targets, scan["all"], vmid, init_pid)
     result["refused"].extend(plan["skipped"])
-    refs = members(plan, procs)
+    refs = members(plan, scan["all"])
     result["planned"] = {"action": "kill_holders", "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
                          "process_groups": plan["groups"], "pids": plan["pids"],
                          "signals": (["SIGTERM", "SIGKILL"] if p["term_grace"] > 0 else ["SIGKILL"])}
@@ -200,6 +209,7 @@ def kill_holders(module, vmid, smi, result):
         result["signalled"].append({"signal": "SIGTERM", "groups": plan["groups"], "pids": plan["pids"]})
         gr.wait_until(lambda: not alive(refs), p["term_grace"])
     if alive(refs):
+        plan = replan(vmid, refs, init_pid)
         errors += gr.send_signal(plan, signal.SIGKILL)
         result["signalled"].append({"signal": "SIGKILL", "groups": plan["groups"], "pids": plan["pids"]})
     result["changed"] = True
@@ -224,11 +234,11 @@ def abort_fuse(module, vmid, result):
                 continue
             conns.setdefault(c["conn"], dict(c, pids=[]))["pids"].append(x["pid"])
     init_pid = ct_init_pid(module, vmid)
-    plan = gr.pids_to_signal(stuck, procs, vmid, init_pid)
+    plan = gr.pids_to_signal(stuck, scan["all"], vmid, init_pid)
     # Only the stuck PIDs themselves: their group may hold unrelated processes of the container.
     plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
             "skipped": plan["skipped"]}
-    refs = members(plan, procs)
+    refs = members(plan, scan["all"])
     result["planned"] = {"action": "abort_fuse", "stuck": ["%d/%s (%s)" % (x["pid"], x["comm"], x["wchan"]) for x in stuck],
                          "connections": sorted(conns.values(), key=lambda c: c["conn"]), "then_sigkill": plan["pids"]}
     if not stuck:

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts as gf
 
 # /proc/PID/cgroup of a scheduler rank in CT 129 on a PVE 8 host (pure cgroup v2).
 CG_V2 = "0::/lxc/129/ns/system.slice/sglang.service\n"
@@ -204,6 +205,18 @@ def test_evaluate_driver_held_memory():
     e = gr.evaluate_sample(s, BASE, TOL)
     assert not e["clean"]
     assert any("held by the driver" in r for r in e["reasons"])
+
+
+@pytest.mark.parametrize("text", ["[N/A]", "[Unknown Error]", "[GPU is lost]"])
+def test_evaluate_unknown_memory_is_not_clean(text):
+    """A GPU whose memory.used nvidia-smi cannot tell is not clean (it used to count as 0 MiB)."""
+    row = gf.parse_gpu_csv("7, NVIDIA RTX PRO 6000, 97887, %s, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n" % text)[0]
+    assert row["memory_used_mib"] is None
+    s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0, "apps": []}, dict(row, apps=[])])
+    e = gr.evaluate_sample(s, BASE, TOL)
+    assert not e["clean"]
+    assert [r for r in e["reasons"] if r.startswith("GPU 7")] == [
+        "GPU 7: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): it cannot be judged clean"]
 
 
 def test_evaluate_own_and_foreign_apps():

@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Rung 2 (kill_holders) judges process groups by every process on the host, not by the container's alone."""
+from __future__ import annotations
+
+import signal
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
+
+VMID = 129
+
+
+def P(pid, pgid, vmid=VMID, starttime=1, holds=False):
+    return {"pid": pid, "pgid": pgid, "vmid": vmid, "nspid": [pid, pid - 1000], "starttime": starttime,
+            "holds_nvidia": holds, "comm": "p%d" % pid, "class": "running"}
+
+
+class FakeModule:
+    params = {"term_grace": 0, "wait": 0, "command_timeout": 5}
+    check_mode = False
+
+
+def kill_holders(monkeypatch, scans):
+    """Run kill_holders on a sequence of host scans; returns (result, [(plan, signal)])."""
+    sent, scans = [], list(scans)
+    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: scans.pop(0) if len(scans) > 1 else scans[0])
+    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+    monkeypatch.setattr(gr, "wait_until", lambda cond, timeout: cond())
+    monkeypatch.setattr(gr, "send_signal", lambda plan, sig: sent.append((plan, sig)) or [])
+    monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
+    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: 5000)
+    states = iter([[{"pid": 1}], []])  # alive before the SIGKILL, gone after
+    monkeypatch.setattr(action, "alive", lambda refs: next(states, []))
+    result = {"refused": [], "signalled": [], "changed": False}
+    action.kill_holders(FakeModule(), VMID, "/usr/bin/nvidia-smi", result)
+    return result, sent
+
+
+def test_a_group_shared_with_the_host_is_never_signalled(monkeypatch):
+    # `pct exec 129 -- worker` run from a host shell: the worker keeps the shell's process group 5300,
+    # which also holds the shell itself and a host `sleep`.
+    shell, sleep, worker = P(5300, 5300, vmid=None), P(5302, 5300, vmid=None), P(5301, 5300, holds=True)
+    scan = {"container": [worker], "nvidia_holders": [worker], "all": [shell, worker, sleep, P(5000, 5000)]}
+    result, sent = kill_holders(monkeypatch, [scan])
+    assert [(p["groups"], p["pids"], s) for p, s in sent] == [([], [5301], signal.SIGKILL)]
+    assert result["planned"]["process_groups"] == [] and result["planned"]["pids"] == [5301]
+
+
+def test_a_group_all_in_the_container_is_signalled_whole(monkeypatch):
+    main, rank0 = P(5100, 5100), P(5101, 5100, holds=True)
+    scan = {"container": [main, rank0], "nvidia_holders": [rank0], "all": [P(1, 1, vmid=None), main, rank0]}
+    result, sent = kill_holders(monkeypatch, [scan])
+    assert [(p["groups"], p["pids"], s) for p, s in sent] == [([5100], [], signal.SIGKILL)]
+
+
+def test_sigkill_is_planned_again_from_a_fresh_table(monkeypatch):
+    """Between SIGTERM and SIGKILL a target's PID may be reused: the second plan takes only the processes
+    whose start time still matches, and judges their groups again."""
+    rank0 = P(5101, 5101, holds=True, starttime=10)
+    first = {"container": [rank0], "nvidia_holders": [rank0], "all": [rank0]}
+    reused = P(5101, 5101, starttime=99)  # same PID, another process
+    second = {"container": [reused], "nvidia_holders": [], "all": [reused]}
+    result, sent = kill_holders(monkeypatch, [first, second])
+    assert [(p["groups"], p["pids"]) for p, s in sent] == [([], [])]
