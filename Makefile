@@ -57,13 +57,14 @@ setup: $(BIN)/.stamp $(COLL_LINK)
 unit: setup
 	cd "$(COLL_LINK)" && "$(BIN)/python" -m pytest -q tests/unit
 
-# The sizing model's property test at full strength (docs/sizing.md): 130,000 examples, at least 100,000 of
-# them layouts checked against the independent oracle (`make unit` runs 2,000). About a quarter of an hour.
-PROPERTY_EXAMPLES ?= 130000
-PROPERTY_MIN_LAYOUTS ?= 100000
+# The sizing model's property test at full strength (docs/sizing.md): 170,000 examples, of which at least
+# 100,000 layouts that the plan sizes (not refused) are checked against the independent oracle (`make unit`
+# runs 2,000). About twenty minutes on two cores.
+PROPERTY_EXAMPLES ?= 170000
+PROPERTY_MIN_PLANNED ?= 100000
 property: setup
-	cd "$(COLL_LINK)" && HICACHE_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) HICACHE_PROPERTY_MIN_LAYOUTS=$(PROPERTY_MIN_LAYOUTS) \
-	  "$(BIN)/python" -m pytest -q -p no:cacheprovider tests/unit/plugins/test_hicache_property.py
+	cd "$(COLL_LINK)" && HICACHE_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) HICACHE_PROPERTY_MIN_LAYOUTS=$(PROPERTY_MIN_PLANNED) \
+	  HICACHE_PROPERTY_MIN_PLANNED=$(PROPERTY_MIN_PLANNED) "$(BIN)/python" -m pytest -q -p no:cacheprovider tests/unit/plugins/test_hicache_property.py
 
 # Tests that need neither root nor the lab (the SGLang stand-in's arithmetic, in-process).
 PURE_TESTS := tests/lab/test_sglang_units.py

@@ -777,11 +777,14 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
             "gpu_memory_mib=%d is more than 4 TiB per GPU: it looks like bytes or KiB were passed where MiB are expected" % gpu_memory_mib
         )
 
-    tp = _ranged_int("tp_size", data.get("tp_size", 1) if data.get("tp_size") is not None else 1)
-    pp = _ranged_int("pp_size", data.get("pp_size") if data.get("pp_size") is not None else 1)
-    dp = _ranged_int("dp_size", data.get("dp_size") if data.get("dp_size") is not None else 1)
-    nnodes = _ranged_int("nnodes", data.get("nnodes") if data.get("nnodes") is not None else 1)
-    dp_attention = _as_bool("enable_dp_attention", data.get("enable_dp_attention") if data.get("enable_dp_attention") is not None else False)
+    def given(key: str, default: Any) -> Any:
+        return default if data.get(key) is None else data[key]
+
+    tp = _ranged_int("tp_size", given("tp_size", 1))
+    pp = _ranged_int("pp_size", given("pp_size", 1))
+    dp = _ranged_int("dp_size", given("dp_size", 1))
+    nnodes = _ranged_int("nnodes", given("nnodes", 1))
+    dp_attention = _as_bool("enable_dp_attention", given("enable_dp_attention", False))
     if dp == 1:
         dp_attention = False  # SGLang turns it off with dp_size 1 (_handle_data_parallelism)
 
@@ -1227,9 +1230,9 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
     fits_device = not (old_cases and device_tokens is not None and chosen >= 1 and chosen < min_gb)
     fits = fits_budget and fits_device
 
-    # The case that costs most at the chosen size is the one the numbers below show.
+    # The case that costs most at the chosen size is the one the numbers below show: what may be pinned.
     shown = governing
-    if chosen >= 1 and inp.requested_gb is not None:
+    if chosen >= 1:
         shown = max(cases, key=lambda c: (on_host(c, chosen)[0], -cases.index(c)))
     if chosen >= 1:
         total_pinned, pools = on_host(shown, chosen)
@@ -1323,7 +1326,7 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
                     "pinned twice, sglang#38156); a retry may pass" % guard_rules
                 )
         if max_gb >= min_gb:
-            best_total, best = on_host(governing, max_gb)
+            best_total, best = max((on_host(c, max_gb) for c in cases), key=lambda pinned_pools: pinned_pools[0])
             explain.append(
                 "Largest safe value: --hicache-size %d (%d x %s%s = %s pinned)."
                 % (max_gb, ranks, "up to " if best_total != ranks * best.charged_bytes else "", fmt_gb(best.charged_bytes), fmt_gb(best_total))
