@@ -11,11 +11,15 @@ author: inferops contributors
 description:
   - SGLang's C(--hicache-size) is decimal GB (1e9 bytes) B(per rank); every scheduler process on a host pins its own pool.
     Read as a total, C(--tp-size 8 --hicache-size 300) asks a host for 2.4 TB.
-  - This filter counts the ranks on the host (tp x pp / nnodes, times dp without DP attention, plus other engines),
-    takes the smaller of MemAvailable and the container memory limit, subtracts an OS reserve and the processes'
-    overhead, and returns the largest per-rank size whose pinned memory fits, following each SGLang version's
-    allocation (power-of-two pinning up to 0.5.4, exact from 0.5.5) and start-up checks (host pool larger than the
-    device pool up to 0.5.14).
+  - This filter places the ranks on each host as SGLang's launcher does (C(tp // max(nnodes // pp, 1)) TP ranks x
+    C(max(pp // nnodes, 1)) PP stages per node, times C(dp) without DP attention, plus other engines), refuses the layouts
+    SGLang refuses with SGLang's reason, takes the smaller of MemAvailable and the container memory limit, subtracts an
+    OS reserve and the processes' overhead, and returns the largest per-rank size whose pools fit on the most loaded host,
+    following each SGLang release's allocation (power-of-two pinning up to 0.5.4, exact from 0.5.5), token arithmetic
+    (page alignment, per-stage rounding up to 0.5.14), extra pools (the DSA indexer pool from 0.5.19) and start-up checks
+    (host pool larger than the device pool up to 0.5.14).
+  - A pre-release, dev, post or local build (C(0.5.5rc1), C(0.5.15.dev0), C(0.5.9.post1), C(0.5.9+cu128)) is planned for
+    every release whose code it may carry, each rule at its most expensive, with a warning naming them.
   - With O(requested_gb) it checks that size instead and explains, with the arithmetic, why it does or does not fit.
   - A plan that does not fit is returned with RV(_value.fits=false); bad input raises an error that says what was wrong.
     Use P(inferops.gpu_inference.hicache_size#filter) to get the number or an error.
@@ -29,10 +33,13 @@ options:
         C(gpu_count), C(gpu_memory_mib) (per GPU), C(sglang_version).
       - Layout keys C(tp_size), C(pp_size), C(dp_size), C(enable_dp_attention), C(nnodes) (defaults 1, 1, 1, false, 1).
       - C(mem_limit_bytes) the container's memory limit (omit or null when none).
-      - The KV size per token per rank, either C(kv_bytes_per_token), or C(model_preset) (C(kimi-k2), C(deepseek-v3),
-        C(llama-3-70b), C(llama-3-8b)), or geometry C(model_num_layers) with C(model_kv_lora_rank) and
-        C(model_qk_rope_head_dim) (MLA) or with C(model_num_kv_heads) and C(model_head_dim) (MHA/GQA); C(kv_cache_dtype)
-        (C(auto), C(bf16), C(fp8_e4m3), ...).
+      - The KV size per token per rank, either C(kv_bytes_per_token) (not for DSA models), or C(model_preset) (C(kimi-k2),
+        C(deepseek-v3), C(deepseek-v3.2), C(glm-5), C(llama-3-70b), C(llama-3-8b)), or geometry C(model_num_layers) with
+        C(model_kv_lora_rank) and C(model_qk_rope_head_dim) (MLA; plus C(model_index_head_dim) for DSA) or with
+        C(model_num_kv_heads) and C(model_head_dim) (MHA/GQA); optional C(model_num_attention_heads) and C(model_attention)
+        (C(mla), C(mha), C(gqa), C(dsa)); C(kv_cache_dtype) (C(auto), C(bf16), C(fp8_e4m3), ...).
+      - Every number is range-checked; a value that is implausible for its unit (an overhead of 8 bytes, 69 bytes of KV per
+        token, 10**18 bytes of RAM) is refused with the unit it looks like.
       - C(device_pool_tokens_per_rank) (max_total_num_tokens from SGLang's /server_info) checks SGLang <= 0.5.14's
         start-up assertion exactly.
       - Policy overrides C(os_reserve_min_bytes) (10 GiB), C(os_reserve_fraction) (0.10 of RAM), C(rank_overhead_bytes)
@@ -85,11 +92,28 @@ _value:
     ranks_per_host:
       description: Ranks pinning a pool on this host (this engine's plus C(other_engine_ranks)).
       type: int
+    engine_ranks_per_host:
+      description: This engine's scheduler ranks on each host, as SGLang's launcher places them.
+      type: int
+    placement:
+      description: The launcher's placement per node (C(tp_ranks_per_node), C(pp_stages_per_node), C(dp_replicas_per_node),
+        C(formula)).
+      type: dict
+    behaviour_of_releases:
+      description: The SGLang releases whose behaviour the plan holds for (one for a final release).
+      type: list
+      elements: str
+    kv_pool_bytes_per_rank:
+      description: Bytes of the dearest rank's KV host pool.
+      type: int
+    indexer_pool_bytes_per_rank:
+      description: Bytes of the dearest rank's DSA indexer host pool (0 for other models).
+      type: int
     pinned_per_rank_bytes:
-      description: Bytes one rank commits (power-of-two rounded up to 0.5.4).
+      description: Bytes the dearest rank commits for its pools (power-of-two rounded up to 0.5.4; KV and indexer pools).
       type: int
     total_pinned_bytes:
-      description: Bytes all ranks on the host commit.
+      description: Bytes all ranks on the most loaded host commit.
       type: int
     budget_bytes:
       description: Memory basis minus OS reserve, process overhead and other commitments; what the pools may pin.

@@ -1,6 +1,7 @@
 """In-process checks of the SGLang stand-in's arithmetic against sglang-hicache.md (no processes)."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -82,9 +83,45 @@ def test_gpu_ids_dp_without_attention():
     assert [r["gpu_id"] for r in local_ranks(a)] == [1, 2, 3, 4]
 
 
-def test_pp_layers():
-    assert [pp_layers(61, r, 2) for r in range(2)] == [31, 30]
-    assert sum(pp_layers(80, r, 3) for r in range(3)) == 80
+def test_pp_layers_follow_get_pp_indices():
+    # SGLang's get_pp_indices (distributed/utils.py): the LAST num_layers % pp_size stages get one more layer.
+    assert [pp_layers(61, r, 2) for r in range(2)] == [30, 31]
+    assert [pp_layers(80, r, 3) for r in range(3)] == [26, 27, 27]
+    assert [pp_layers(11, r, 4) for r in range(4)] == [2, 3, 3, 3]
+    assert pp_layers(61, 0, 1) == 61
+
+
+# entrypoints/engine.py: node i runs tp // max(nnodes // pp, 1) TP ranks x max(pp // nnodes, 1) stages
+@pytest.mark.parametrize("tp,pp,nnodes,per_node,stages_by_node", [
+    (8, 2, 2, 8, [[0], [1]]),
+    (8, 2, 4, 4, [[0], [0], [1], [1]]),
+    (4, 4, 2, 8, [[0, 1], [2, 3]]),
+    (6, 2, 3, 6, [[0], [1], [2]]),  # pp does not divide nnodes: node 2 gets a stage that does not exist
+])
+def test_rank_placement_per_node_rank(tp, pp, nnodes, per_node, stages_by_node):
+    for node_rank in range(nnodes):
+        a = _args(["--tp", str(tp), "--pp-size", str(pp), "--nnodes", str(nnodes), "--node-rank", str(node_rank)])
+        ranks = local_ranks(a)
+        assert len(ranks) == per_node
+        assert sorted({r["pp_rank"] for r in ranks}) == stages_by_node[node_rank]
+        assert ranks_per_host(a) == max(tp * pp // nnodes, 1)  # what SGLang's own check divides by (0.5.19+)
+
+
+@pytest.mark.parametrize("argv,version,message", [
+    (["--tp", "6", "--nnodes", "4", "--node-rank", "1"], "0.5.9", "tp_size must be divisible by number of nodes"),
+    (["--tp", "4", "--dp", "2", "--nnodes", "2"], "0.5.9", "multi-node data parallel is not supported unless dp attention!"),
+    (["--tp", "4", "--dp", "2", "--nnodes", "2"], "0.5.22", "multi-node data-parallel replicas are not supported"),
+])
+def test_check_server_args(argv, version, message):
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        _args(argv, version)
+    # with DP attention the DP groups share the TP ranks and may span nodes
+    if "--dp" in argv:
+        assert _args(argv + ["--enable-dp-attention"], version)["enable_dp_attention"] is True
+
+
+def test_dp_attention_is_off_with_dp_1():
+    assert _args(["--tp", "4", "--enable-dp-attention"])["enable_dp_attention"] is False
 
 
 def test_hicache_args_by_version():

@@ -50,7 +50,9 @@ def test_a_plan_that_does_not_fit_is_returned_not_raised():
         ({k: v for k, v in FACTS.items() if k != "gpu_count"}, "hicache_plan: missing required key.*gpu_count"),
         (dict(FACTS, mem_total_bytes=449), "hicache_plan: mem_total_bytes=449 .*bytes are expected"),
         (dict(FACTS, sglang_version="nightly"), "hicache_plan: sglang_version 'nightly'"),
-        (dict(FACTS, tp_size=3), "hicache_plan: .*do not divide"),
+        (dict(FACTS, tp_size=3), "hicache_plan: SGLang cannot shard the model's 64 attention heads"),
+        (dict(FACTS, os_reserve_fraction=10**400), "hicache_plan: os_reserve_fraction must be a number"),
+        (dict(FACTS, tp_size=16, nnodes=2, dp_size=2), "hicache_plan: SGLang refuses dp_size 2 without DP attention on 2 nodes"),
         ("not a dict", "hicache_plan: the input must be a dict"),
     ],
 )

@@ -52,3 +52,29 @@ def test_nothing_fits_raises():
 def test_bad_input(facts, message):
     with pytest.raises(AnsibleFilterError, match=message):
         hicache_size(facts)
+
+
+def test_dsa_preset_size_leaves_room_for_the_indexer_pool():
+    # GLM-5 on 0.5.21: the indexer pool outside --hicache-size makes the safe size smaller than Kimi-K2's.
+    glm = hicache_size(dict(FACTS, model_preset="glm-5", sglang_version="0.5.21"))
+    kimi = hicache_size(dict(FACTS, sglang_version="0.5.21"))
+    assert 1 <= glm < kimi
+
+
+def test_pre_release_gets_the_more_conservative_size():
+    assert hicache_size(dict(FACTS, sglang_version="0.5.5rc1")) == hicache_size(dict(FACTS, sglang_version="0.5.4"))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"mem_total_bytes": 10**400}, "hicache_size: mem_total_bytes=.* is more than 1 PiB"),
+        ({"os_reserve_fraction": 2**1024}, "hicache_size: os_reserve_fraction must be a number"),
+        ({"requested_gb": "9" * 5000}, "hicache_size: requested_gb must be a whole number"),
+        ({"tp_size": 8, "dp_size": 2, "nnodes": 2}, "hicache_size: SGLang refuses dp_size 2 without DP attention"),
+    ],
+)
+def test_overflow_and_refused_layouts_are_filter_errors(change, message):
+    with pytest.raises(AnsibleFilterError, match=message) as info:
+        hicache_size(dict(FACTS, **change))
+    assert info.value.orig_exc is not None

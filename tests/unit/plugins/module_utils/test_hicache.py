@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import re
+
 import pytest
+import yaml
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache as h
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins.incident import GB, GIB, INCIDENT_FACTS as INCIDENT
@@ -74,7 +79,8 @@ def test_power_of_two_pinning_boundary_0_5_4(version, power_of_two):
     pinned = result["pinned_per_rank_bytes"]
     assert (pinned == 2**35) is power_of_two
     if not power_of_two:
-        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64
+        # exact size: the tokens' bytes, plus at most two 64 KiB allocation granules
+        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64 + 2 * h.ALLOC_GRANULE_BYTES
 
 
 def test_page_alignment_boundary_0_5_5_down_0_5_6_up_plus_one_page():
@@ -134,11 +140,50 @@ def test_late_rank_double_counting_warning_from_0_5_19():
 
 
 @pytest.mark.parametrize(
-    "text, expected",
-    [("0.5.9", "0.5.9"), ("v0.5.9", "0.5.9"), ("0.5.9.post1", "0.5.9"), ("0.5.10rc0", "0.5.10"), (" 0.5.9 ", "0.5.9")],
+    "text, behaves_as",
+    [
+        ("0.5.9", ["0.5.9"]),
+        ("v0.5.9", ["0.5.9"]),
+        (" 0.5.9 ", ["0.5.9"]),
+        ("0.5.9.post1", ["0.5.9", "0.5.10"]),  # post releases are cut from main after 0.5.9
+        ("0.5.10rc0", ["0.5.9", "0.5.10"]),
+        ("0.5.15.dev0", ["0.5.14", "0.5.15"]),
+        ("0.5.5rc1", ["0.5.4", "0.5.5"]),
+        ("0.5.9+cu128", ["0.5.8", "0.5.9", "0.5.10"]),
+        ("0.5.0", ["0.4.10", "0.5.1"]),  # 0.5.0 was only published as release candidates
+        ("0.5.23.post1", ["0.5.23"]),
+        ("0.6.0rc1", ["0.5.23"]),
+    ],
 )
-def test_version_forms(text, expected):
-    assert str(h.parse_version(text)) == expected
+def test_version_forms_and_the_releases_they_may_behave_as(text, behaves_as):
+    version = h.parse_version(text)
+    assert str(version) == text.strip().lstrip("v")
+    releases, warning = h.behaviour_releases(version)
+    assert ["%d.%d.%d" % r for r in releases] == behaves_as
+    assert (warning is None) is (len(behaves_as) == 1 and not version.key > h.KNOWN_LAST_VERSION)
+
+
+def test_pre_release_is_planned_with_the_previous_release_pinning_too():
+    # 0.5.5rc1 may still pin the 0.5.4 way (power of two): the plan must hold for that.
+    rc = plan(sglang_version="0.5.5rc1")
+    assert rc["per_rank_gb"] == plan(sglang_version="0.5.4")["per_rank_gb"] < plan(sglang_version="0.5.5")["per_rank_gb"]
+    assert rc["behaviour_of_releases"] == ["0.5.4", "0.5.5"]
+    assert any("0.5.4 or 0.5.5" in w for w in rc["warnings"])
+    assert "behaviour of 0.5.4 or 0.5.5" in rc["explain"][0]
+
+
+def test_dev_build_keeps_the_host_pool_assertion_of_the_previous_release():
+    # 0.5.15.dev0 may still assert host tokens > device tokens (0.5.14): a size below the device pool is refused.
+    dev = plan(sglang_version="0.5.15.dev0", requested_gb=8, device_pool_tokens_per_rank=116000)
+    assert dev["fits"] is False
+    assert "asserts host tokens > device tokens" in "\n".join(dev["explain"])
+    assert plan(sglang_version="0.5.15", requested_gb=8, device_pool_tokens_per_rank=116000)["fits"] is True
+
+
+@pytest.mark.parametrize("text", ["0.4.9rc1", "0.4.9.dev0", "0.4.9+local", "0.4.8"])
+def test_builds_before_the_first_known_release_are_refused(text):
+    with pytest.raises(h.PlanError, match="older than 0.4.9"):
+        plan(sglang_version=text)
 
 
 def test_newer_than_known_version_warns():
@@ -267,11 +312,11 @@ def test_string_numbers_from_extra_vars_are_accepted():
         ({"mem_available_bytes": 445 * 1024}, "MiB figure"),
         ({"mem_limit_bytes": 64}, "mem_limit_bytes=64 is only 64 bytes"),
         ({"mem_available_bytes": 500 * GIB}, "cannot exceed MemTotal"),
-        ({"tp_size": 3}, "do not divide the host's 8 GPUs"),
+        ({"tp_size": 3}, "64 attention heads over an attention TP size of 3"),
         ({"tp_size": 16}, "16 GPU ranks on each host .* has 8 GPUs"),
         ({"tp_size": 4, "dp_size": 4}, "16 GPU ranks"),
-        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "must divide tp_size"),
-        ({"tp_size": 12, "nnodes": 8}, "cannot be spread evenly"),
+        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "tp_size must be divisible by dp_size"),
+        ({"tp_size": 12, "nnodes": 8}, '"tp_size must be divisible by number of nodes"'),
         ({"tp_size": 0}, "tp_size must be at least 1"),
         ({"tp_size": True}, "tp_size must be a number"),
         ({"tp_size": "eight"}, "tp_size must be a whole number"),
@@ -308,3 +353,249 @@ def test_units_helpers():
     assert h.pow2_ceil(2**35) == 2**35
     assert h.fmt_gb(2400 * GB) == "2400.0 GB"
     assert h.fmt_gib(449 * GIB) == "449.0 GiB"
+
+
+# ---------------------------------------------------------------- rank placement (entrypoints/engine.py)
+
+
+def test_pp_that_does_not_divide_nnodes_is_sized_for_what_the_launcher_places():
+    # tp 6 x pp 2 on 3 nodes: the launcher runs tp // max(3 // 2, 1) = 6 TP ranks x max(2 // 3, 1) = 1 stage
+    # on every node (node 2 gets a stage that does not exist), not tp x pp / nnodes = 4.
+    result = plan(tp_size=6, pp_size=2, nnodes=3, model_preset=None, kv_bytes_per_token=70272, requested_gb=80)
+    assert result["engine_ranks_per_host"] == 6
+    assert result["placement"] == {
+        "tp_ranks_per_node": 6,
+        "pp_stages_per_node": 1,
+        "dp_replicas_per_node": 1,
+        "formula": "tp // max(nnodes // pp, 1) x max(pp // nnodes, 1)",
+    }
+    assert result["total_pinned_bytes"] >= 6 * 80 * GB
+    assert "tp // max(nnodes // pp, 1) = 6 // 1 = 6 TP rank(s) x max(pp // nnodes, 1) = 1 PP stage(s)" in "\n".join(result["explain"])
+    assert any("node rank(s) 2" in w for w in result["warnings"])
+    # The old count (tp x pp / nnodes = 4 ranks, 320 GB) would have said 80 fits; 6 ranks pin 480 GB.
+    assert result["fits"] is False
+    assert 4 * 80 * GB < result["budget_bytes"] < 6 * 80 * GB
+
+
+@pytest.mark.parametrize(
+    "layout, ranks",
+    [
+        ({"tp_size": 16, "nnodes": 2}, 8),
+        ({"tp_size": 8, "pp_size": 2, "nnodes": 2}, 8),  # one stage per node
+        ({"tp_size": 4, "pp_size": 4, "nnodes": 2}, 8),  # two stages per node
+        ({"tp_size": 8, "pp_size": 2, "nnodes": 4}, 4),  # each stage over two nodes
+        ({"tp_size": 2, "pp_size": 2, "dp_size": 2}, 8),  # plain DP: two full groups
+        ({"tp_size": 8, "dp_size": 8, "enable_dp_attention": True, "nnodes": 2, "gpu_count": 8}, 4),
+        ({"tp_size": 8, "dp_size": 1, "enable_dp_attention": True}, 8),  # DP attention is off with dp 1
+    ],
+)
+def test_ranks_per_host_follow_the_launcher(layout, ranks):
+    data = {"model_preset": None, "kv_bytes_per_token": 70272, "gpu_count": 8}
+    data.update(layout)
+    assert plan(**data)["engine_ranks_per_host"] == ranks
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ({"tp_size": 8, "pp_size": 3, "nnodes": 2}, "would never start PP stages 2-2"),
+        ({"tp_size": 5, "pp_size": 2, "nnodes": 5}, "would never start TP ranks 4-4"),
+        ({"tp_size": 6, "nnodes": 4}, '"tp_size must be divisible by number of nodes"'),
+        ({"tp_size": 8, "dp_size": 2, "nnodes": 2}, '"multi-node data parallel is not supported unless dp attention!"'),
+        (
+            {"tp_size": 8, "dp_size": 2, "nnodes": 2, "sglang_version": "0.5.22"},
+            '"multi-node data-parallel replicas are not supported; use attention DP',
+        ),
+        ({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, "tp_size must be divisible by dp_size"),
+        ({"tp_size": 16}, "16 GPU ranks on each host"),
+    ],
+)
+def test_layouts_sglang_refuses_are_refused_with_its_reason(layout, message):
+    data = {"model_preset": None, "kv_bytes_per_token": 70272}
+    data.update(layout)
+    with pytest.raises(h.PlanError, match=re.escape(message)):
+        plan(**data)
+
+
+def test_tp_3_on_an_8_gpu_host_is_planned_when_the_model_allows_it():
+    result = plan(tp_size=3, model_preset=None, kv_bytes_per_token=70272)
+    assert result["fits"] is True
+    assert result["engine_ranks_per_host"] == 3
+    # ... and refused with SGLang's reason when the model's heads do not split three ways.
+    with pytest.raises(h.PlanError, match="8 KV heads over an attention TP size of 3"):
+        plan(tp_size=3, model_preset=None, model_num_layers=80, model_num_kv_heads=8, model_head_dim=128)
+
+
+def test_other_engines_on_the_host_add_their_ranks_and_pools():
+    alone = plan(tp_size=4)
+    shared = plan(tp_size=4, other_engine_ranks=4)
+    assert shared["ranks_per_host"] == 8 and shared["engine_ranks_per_host"] == 4
+    assert shared["total_pinned_bytes"] == 8 * shared["pinned_per_rank_bytes"]
+    assert shared["per_rank_gb"] < alone["per_rank_gb"]
+
+
+def test_pp_stage_layers_follow_get_pp_indices():
+    # SGLang gives the extra layers to the LAST stages (distributed/utils.py get_pp_indices).
+    assert h.pp_stage_layers(61, 2) == [30, 31]
+    assert h.pp_stage_layers(80, 3) == [26, 27, 27]
+    with pytest.raises(h.PlanError, match="more than the model's 2 layers"):
+        plan(pp_size=4, tp_size=2, model_preset=None, model_num_layers=2, model_kv_lora_rank=512, model_qk_rope_head_dim=64)
+
+
+def test_up_to_0_5_14_each_stage_rounds_its_own_pages_and_the_dearest_is_priced():
+    # MLA 1152 B/layer, 11 layers over 2 stages (5 and 6 layers), page 256, --hicache-size 7:
+    # the 5-layer stage pins 7,001,210,880 bytes, the 6-layer one 7,000,031,232.
+    geometry = {"model_preset": None, "model_num_layers": 11, "model_kv_lora_rank": 512, "model_qk_rope_head_dim": 64}
+    old = plan(sglang_version="0.5.14", pp_size=2, tp_size=4, page_size=256, requested_gb=7, **geometry)
+    assert old["pinned_per_rank_bytes"] >= 7_001_210_880
+    assert "rounds each stage's token count" in "\n".join(old["explain"])
+    # From 0.5.15 every stage takes the smallest token count: the 6-layer stage is the dearest.
+    new = plan(sglang_version="0.5.15", pp_size=2, tp_size=4, page_size=256, requested_gb=7, **geometry)
+    assert 7_000_031_232 <= new["pinned_per_rank_bytes"] < 7_001_210_880
+
+
+def test_pp_on_one_host_sums_the_stages_it_holds():
+    # tp 2 x pp 3 on one host, 13 layers (4, 4, 5): two ranks of each stage, not six of the largest.
+    geometry = {"model_preset": None, "model_num_layers": 13, "model_kv_lora_rank": 512, "model_qk_rope_head_dim": 64}
+    result = plan(sglang_version="0.5.17", tp_size=2, pp_size=3, requested_gb=40, **geometry)
+    assert result["engine_ranks_per_host"] == 6
+    assert result["total_pinned_bytes"] < 6 * result["pinned_per_rank_bytes"]
+    assert "6 ranks x up to" in "\n".join(result["explain"])
+
+
+# ---------------------------------------------------------------- SGLang's own check, per release
+
+
+def _guard_lines(**overrides):
+    return [line for line in plan(**overrides)["explain"] if "own check" in line]
+
+
+def test_guard_up_to_0_5_4_compares_the_requested_bytes_before_the_power_of_two():
+    (line,) = _guard_lines(sglang_version="0.5.4", requested_gb=48)
+    assert "48.0 GB of the requested pool (before the power-of-two rounding)" in line
+    assert "lets every rank through" in line
+
+
+def test_guard_0_5_19_divides_by_world_size_over_nnodes_and_misses_plain_dp():
+    (line,) = _guard_lines(sglang_version="0.5.19", tp_size=2, dp_size=4, requested_gb=50)
+    assert "/ 2 ranks (world_size // nnodes)" in line
+    assert "although 8 ranks run on this host (the 4 DP replicas without DP attention are not counted)" in line
+    assert "lets every rank through" in line
+
+
+def test_guard_from_0_5_21_divides_by_tp_x_pp_and_reads_the_cgroup():
+    (line,) = _guard_lines(sglang_version="0.5.21", mem_limit_bytes=300 * GIB, requested_gb=20)
+    assert "(min(MemAvailable, cgroup limit - usage) - 10 GiB) / 8 ranks (tp x pp // nnodes)" in line
+    (line,) = _guard_lines(sglang_version="0.5.22", mem_limit_bytes=300 * GIB, requested_gb=20)
+    assert "limit - (usage - file cache)" in line
+
+
+def test_guard_of_each_release_a_pre_release_may_carry_is_shown():
+    lines = _guard_lines(sglang_version="0.5.19rc0", requested_gb=20)
+    assert [line.split("'s own check")[0] for line in lines] == ["SGLang 0.5.18", "SGLang 0.5.19"]
+
+
+# ---------------------------------------------------------------- DSA (DeepSeek-V3.2, GLM-5)
+
+
+def test_dsa_indexer_pool_is_priced_outside_hicache_size_from_0_5_19():
+    new = plan(model_preset="deepseek-v3.2", kv_cache_dtype="bf16", sglang_version="0.5.19", requested_gb=30)
+    # 61 layers x 1152 B KV; the indexer pool holds as many tokens at 132 B per layer (pool_host/dsa.py).
+    assert new["kv_bytes_per_token"] == 61 * 1152
+    assert new["indexer_pool_bytes_per_rank"] == (new["host_tokens_per_rank"] + 64) * 132 * 61
+    assert new["pinned_per_rank_bytes"] >= 30 * GB + new["indexer_pool_bytes_per_rank"]
+    assert "outside --hicache-size" in "\n".join(new["explain"])
+    # 0.5.9 - 0.5.18 count the indexer inside --hicache-size: the same size costs less.
+    old = plan(model_preset="deepseek-v3.2", kv_cache_dtype="bf16", sglang_version="0.5.18", requested_gb=30)
+    assert old["pinned_per_rank_bytes"] < 30 * GB + 64 * 61 * (1152 + 132) + 64 * h.ALLOC_GRANULE_BYTES
+    assert plan(model_preset="deepseek-v3.2", sglang_version="0.5.19")["per_rank_gb"] < plan(model_preset="deepseek-v3.2", sglang_version="0.5.18")["per_rank_gb"]
+
+
+def test_glm_5_fp8_prices_the_backend_layout_with_the_most_tokens():
+    # fp8 DSA stores 656 B per layer (flashmla) or 576 B (trtllm): the indexer of the 576 B layout is the larger.
+    result = plan(model_preset="glm-5", kv_cache_dtype="fp8_e4m3", sglang_version="0.5.21", requested_gb=30)
+    assert result["kv_bytes_per_token"] == 78 * 576
+    tokens = result["host_tokens_per_rank"]
+    assert tokens == (30 * GB // (78 * 576) // 64 + 1) * 64
+    assert result["indexer_pool_bytes_per_rank"] == (tokens + 64) * 132 * 78
+
+
+def test_dsa_before_0_5_9_has_no_indexer_pool():
+    result = plan(model_preset="deepseek-v3.2", sglang_version="0.5.8")
+    assert result["indexer_pool_bytes_per_rank"] == 0
+    assert any("NSATokenToKVPoolHost arrived in 0.5.9" in w for w in result["warnings"])
+
+
+def test_dsa_refusals():
+    with pytest.raises(h.PlanError, match="DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3"):
+        plan(model_preset="glm-5", kv_cache_dtype="fp8_e5m2")
+    with pytest.raises(h.PlanError, match="cannot price a DSA model"):
+        plan(model_preset="glm-5", kv_bytes_per_token=44928)
+
+
+# ---------------------------------------------------------------- inputs: ranges, units, overflow
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"rank_overhead_bytes": 8}, "rank_overhead_bytes=8 is only 8 bytes: it looks like a GiB or MiB figure"),
+        ({"os_reserve_min_bytes": 10}, "os_reserve_min_bytes=10 is only 10 bytes"),
+        ({"frontend_overhead_bytes": 8192}, "8192 MiB is 8589934592 bytes"),
+        ({"other_committed_bytes": 10**15}, "more than the host's RAM"),
+        ({"model_preset": None, "kv_bytes_per_token": 69}, "69 KiB is 70656 bytes"),
+        ({"kv_bytes_per_token": 69 * 2**20 * 1024}, "not a per-token figure"),
+        ({"mem_total_bytes": 10**18}, "more than 1 PiB"),
+        ({"mem_total_bytes": 10**400}, "more than 1 PiB"),
+        ({"mem_available_bytes": "9" * 5000}, "mem_available_bytes must be a whole number"),
+        ({"os_reserve_fraction": 10**400}, "os_reserve_fraction must be a number"),
+        ({"os_reserve_fraction": 10}, "a fraction of RAM"),
+        ({"os_reserve_fraction": float("nan")}, "between 0.0 and 0.9"),
+        ({"requested_gb": float("inf")}, "requested_gb must be a whole number"),
+        ({"requested_gb": 10**400}, "looks like bytes or MiB"),
+        ({"gpu_count": 1000}, "gpu_count=1000 is implausible"),
+        ({"tp_size": 10**6}, "tp_size=1000000 is implausible"),
+        ({"page_size": 10**6}, "page_size=1000000 is implausible"),
+        ({"device_pool_tokens_per_rank": 10**20}, "implausible"),
+        ({"model_preset": None, "model_num_layers": 61, "model_kv_lora_rank": 512, "model_qk_rope_head_dim": 10**9}, "implausible"),
+        ({"sglang_version": 0.5}, "not an SGLang release number"),
+        ({"sglang_version": ["0.5.9"]}, "must be a release number"),
+        ({"model_preset": 7}, "model_preset 7 is unknown"),
+        ({"kv_cache_dtype": 8}, "kv_cache_dtype 8 is unknown"),
+    ],
+)
+def test_implausible_or_overflowing_inputs_are_refused_with_a_unit_hint(change, message):
+    data = dict(INCIDENT)
+    data.update(change)
+    with pytest.raises(h.PlanError, match=re.escape(message)):
+        h.plan(data)
+
+
+def test_legitimate_coercions_are_kept():
+    result = plan(tp_size="8", pp_size="1", gpu_count="8", enable_dp_attention="no", requested_gb="40.0", os_reserve_fraction="0.1")
+    assert result["per_rank_gb"] == 40
+    assert plan(dp_size="8", enable_dp_attention="yes")["engine_ranks_per_host"] == 8
+    assert plan(rank_overhead_bytes="8_589_934_592")["per_rank_gb"] == plan()["per_rank_gb"]
+
+
+def test_every_memory_figure_is_formatted_without_floats():
+    assert h.fmt_gb(10**40) == "10000000000000000000000000000000.0 GB"
+    assert h.fmt_gib(-3 * GIB) == "-3.00 GiB"
+
+
+# ---------------------------------------------------------------- the example inventories
+
+
+EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "inventories", "examples", "*.yml")))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
+def test_every_example_plans_and_fits(path):
+    with open(path) as handle:
+        data = yaml.safe_load(handle)["plan_input"]
+    result = h.plan(data)
+    assert result["fits"] is True and result["per_rank_gb"] >= 1
+
+
+def test_examples_were_found():
+    assert len(EXAMPLES) >= 7

@@ -81,13 +81,10 @@ class ModelConfig:
 
 
 def pp_layers(num_layers: int, pp_rank: int, pp_size: int) -> int:
-    """Layers held by one PP stage (get_pp_indices, as in vLLM: extra layers go to the stages
-    before the last)."""
+    """Layers held by one PP stage: SGLang's get_pp_indices (python/sglang/srt/distributed/utils.py,
+    the same from 0.4.9 to 0.5.23) splits evenly and gives the extra layers to the LAST
+    ``num_layers % pp_size`` stages.  (SGLANG_PP_LAYER_PARTITION is not modelled.)"""
     if pp_size <= 1:
         return num_layers
-    per = num_layers // pp_size
-    parts = [per] * pp_size
-    rem = num_layers % pp_size
-    for i in range(2, rem + 2):
-        parts[-i] += 1
-    return parts[pp_rank]
+    base, remainder = divmod(num_layers, pp_size)
+    return base + (1 if pp_rank >= pp_size - remainder else 0)

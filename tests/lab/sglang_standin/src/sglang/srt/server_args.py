@@ -155,12 +155,31 @@ def prepare_server_args(argv, version: str) -> dict:
             args["hicache_ratio"] = 2.0 if args["hicache_host_memory_mode"] == "cache" else 1.2
     args["_explicit_hicache_ratio"] = explicit_ratio
 
+    # _handle_data_parallelism (0.5.9 server_args.py): DP attention is switched off with dp_size 1.
+    if args["dp_size"] == 1:
+        args["enable_dp_attention"] = False
     if args["enable_dp_attention"]:
         if args["dp_size"] < 1 or args["tp_size"] % args["dp_size"] != 0:
             raise ValueError("tp_size must be divisible by dp_size when --enable-dp-attention is set")
     if args["nnodes"] < 1 or not (0 <= args["node_rank"] < args["nnodes"]):
         raise ValueError("node_rank must be in [0, nnodes)")
+    check_server_args(args, v)
     return args
+
+
+def check_server_args(args: dict, v) -> None:
+    """ServerArgs.check_server_args (server_args.py up to 0.5.18, arg_groups/validation_hook.py
+    from 0.5.19): the parallel-size assertions, raised as AssertionError with SGLang's texts."""
+    assert (args["tp_size"] * args["pp_size"]) % args["nnodes"] == 0, "tp_size must be divisible by number of nodes"
+    if v >= (0, 5, 22):
+        # --dp-size N --enable-dp-attention became --attn-dp-size N (dp_size 1) before this check
+        assert not (args["dp_size"] > 1 and args["nnodes"] != 1 and not args["enable_dp_attention"]), (
+            "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes"
+        )
+    else:
+        assert not (
+            args["dp_size"] > 1 and args["nnodes"] != 1 and not args["enable_dp_attention"]
+        ), "multi-node data parallel is not supported unless dp attention!"
 
 
 def public(args: dict) -> dict:
@@ -175,9 +194,13 @@ def attn_tp_size(args: dict) -> int:
 
 
 def local_ranks(args: dict):
-    """The scheduler processes SGLang starts on this node (engine._launch_scheduler_processes and
-    data_parallel_controller, sglang-hicache.md section 3), as dicts with tp_rank, pp_rank, dp_rank,
-    gpu_id (CUDA ordinal) and the process title."""
+    """The scheduler processes SGLang starts on this node, as dicts with tp_rank, pp_rank, dp_rank,
+    gpu_id (CUDA ordinal) and the process title: entrypoints/engine.py _launch_scheduler_processes
+    (0.5.9; _calculate_rank_ranges from 0.5.10, the same formula to 0.5.23) and
+    data_parallel_controller.py launch_tensor_parallel_group / launch_dp_schedulers: node i runs
+    tp // max(nnodes // pp, 1) TP ranks x max(pp // nnodes, 1) PP stages (times dp groups without
+    DP attention, one node only), which is tp x pp / nnodes only where pp and nnodes divide each
+    other; a node whose PP range passes the last stage starts ranks that cannot join."""
     tp, pp, dp, nnodes, node_rank = args["tp_size"], args["pp_size"], args["dp_size"], args["nnodes"], args["node_rank"]
     pp_size_per_node = max(pp // nnodes, 1)
     nnodes_per_pp_rank = max(nnodes // pp, 1)

@@ -106,7 +106,7 @@ def main(argv) -> int:
     vt = parse(version)
     try:
         args = prepare_server_args(argv, version)
-    except ValueError:
+    except (ValueError, AssertionError):  # check_server_args asserts, as SGLang's does
         traceback.print_exc()
         return 1
     log = utils.Logger("", args["log_level"])

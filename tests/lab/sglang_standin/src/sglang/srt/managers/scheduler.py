@@ -44,6 +44,13 @@ class Rank:
         from sglang.srt.server_args import attn_tp_size
 
         a = self.args
+        if self.rank["pp_rank"] >= a["pp_size"]:
+            # The launcher's PP range passed the last stage (pp_size does not divide nnodes): the rank
+            # is outside the world and SGLang's scheduler fails at distributed init, before any pool.
+            raise RuntimeError(
+                "pp_rank %d is not a stage of pp_size %d: rank %d is outside world_size %d (unsourced text)"
+                % (self.rank["pp_rank"], a["pp_size"], self.rank["pp_rank"] * a["tp_size"] + self.rank["tp_rank"], a["tp_size"] * a["pp_size"])
+            )
         mc = ModelConfig(a["model_path"])
         self.device = dev = Device(self.rank["gpu_id"])
         ctx_mib = utils.env_float("SGLANG_STANDIN_CUDA_CONTEXT_MIB", 512)
