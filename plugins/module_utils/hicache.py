@@ -495,12 +495,12 @@ class PlanInput:
     gpu_memory_mib: int
     version: SglangVersion
     releases: List[Rules]
+    placement: Placement
     tp_size: int = 1
     pp_size: int = 1
     dp_size: int = 1
     enable_dp_attention: bool = False
     nnodes: int = 1
-    placement: Optional[Placement] = None
     kv_choices: List[KvChoice] = field(default_factory=list)
     kv_source: str = ""
     dsa: bool = False
@@ -1098,7 +1098,6 @@ def _sglang_guard(pools: RankPools, inp: PlanInput, rules: Rules) -> Tuple[bool,
     """SGLang's own start-up check of an explicit size under one release: (passes on a quiet host,
     passes for the last rank to start, text).  Exact per release (docs/sizing.md)."""
     placement = inp.placement
-    assert placement is not None
     available = inp.mem_available_bytes
     basis_text = "MemAvailable"
     if rules.guard_reads_cgroup and inp.mem_limit_bytes is not None:
@@ -1158,7 +1157,6 @@ def _bar(segments: List[Tuple[str, int]], scale_bytes: int, limit_bytes: int, wi
 
 def _layout_text(inp: PlanInput) -> str:
     placement = inp.placement
-    assert placement is not None
     text = (
         "SGLang's launcher (entrypoints/engine.py) places tp // max(nnodes // pp, 1) = %d // %d = %d TP rank(s) x "
         "max(pp // nnodes, 1) = %d PP stage(s) on each node"
@@ -1178,7 +1176,6 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
     warnings = list(inp.warnings)
     page = pol["page_size"]
     placement = inp.placement
-    assert placement is not None
 
     engine_ranks = placement.ranks_per_node
     if engine_ranks > inp.gpu_count:
@@ -1373,7 +1370,14 @@ def plan(data: Mapping[str, Any]) -> Dict[str, Any]:
         " # OS reserve        %10s" % fmt_gb(reserve),
         " o processes         %10s" % fmt_gb(overhead + other),
         " %s KV pools          %10s  (%d ranks x %s%s%s)"
-        % ("P" if fits else "!", fmt_gb(total_pinned), ranks, "up to " if total_pinned != ranks * pinned else "", fmt_gb(pinned), "" if fits else ", does not fit"),
+        % (
+            "P" if fits else "!",
+            fmt_gb(total_pinned),
+            ranks,
+            "up to " if total_pinned != ranks * pinned else "",
+            fmt_gb(pinned),
+            "" if fits else ", does not fit",
+        ),
         " . left              %10s" % fmt_gb(free_after),
     ]
 

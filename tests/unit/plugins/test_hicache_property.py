@@ -120,12 +120,16 @@ def model(draw, pp, attn_tp):
     else:
         largest = between(draw, 512, 2_000_000)
         inp["kv_bytes_per_token"] = largest
-        others = [between(draw, max(1, largest // 2), largest) for _ in range(pp - 1)]
+        others = [between(draw, max(1, largest // 2), largest) for _stage in range(pp - 1)]
         stages = others + [largest]
         hidden["stage_kv_bytes"] = _rotate(stages, pick(draw, range(len(stages))))
     if heads is not None and kind != "preset":
         inp["model_num_attention_heads"] = heads
-    dtypes = ["auto", "bf16", "bfloat16", "fp8_e4m3"] + (["fp8_e5m2"] if kind == "dsa" and pick(draw, range(10)) == 9 else ["fp8_e5m2", "fp16"] if kind != "dsa" else [])
+    dtypes = ["auto", "bf16", "bfloat16", "fp8_e4m3"]
+    if kind != "dsa":
+        dtypes += ["fp8_e5m2", "fp16"]
+    elif pick(draw, range(10)) == 9:
+        dtypes += ["fp8_e5m2"]  # refused for DSA
     if draw(BOOL):
         inp["kv_cache_dtype"] = pick(draw, dtypes)
     return inp, hidden
