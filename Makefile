@@ -59,7 +59,7 @@ unit: setup
 
 # The sizing model's property test at full strength (docs/sizing.md): 170,000 examples, of which at least
 # 100,000 layouts that the plan sizes (not refused) are checked against the independent oracle (`make unit`
-# runs 2,000). About a quarter of an hour on two cores.
+# runs 2,000). About a quarter of an hour (15-18 min) on two cores.
 PROPERTY_EXAMPLES ?= 170000
 PROPERTY_MIN_PLANNED ?= 100000
 property: setup
