@@ -1,7 +1,7 @@
 """The lab's container template: Debian 12 debootstrapped straight into a rootfs, checked, packed as a vztmpl.
 
-  python3 template.py build OUT.tar.zst [--mirror URL] [--log FILE] [--workdir DIR]
-  python3 template.py verify ROOTFS
+  python3 template.py verify ROOTFS     (the check alone, on an unpacked rootfs)
+Building is `labctl build-template OUT [--mirror URL]` or `labctl up`, which call build() below.
 
 debootstrap installs the packages itself (`--include`, dependencies resolved, no apt inside the chroot),
 and fails when one cannot be had, so a package can no longer be lost silently (lxc's `debian` template
@@ -164,24 +164,6 @@ def main(argv: list[str]) -> int:
         for p in problems:
             print(f"missing: {p}")
         return 1 if problems else 0
-    if len(argv) >= 2 and argv[0] == "build":
-        opts = {"--mirror": None, "--log": None, "--workdir": None}
-        rest = argv[2:]
-        while rest:
-            if rest[0] not in opts or len(rest) < 2:
-                print(__doc__, file=sys.stderr)
-                return 2
-            opts[rest[0]], rest = rest[1], rest[2:]
-        out = os.path.abspath(argv[1])
-        try:
-            secs = build(out, opts["--mirror"] or default_mirror(), opts["--log"] or f"{out}.log",
-                         opts["--workdir"] or f"{out}.build")
-        except BuildError as e:
-            print(f"template build failed in step '{e.step}': {e.reason}\n  log: {e.log}\n  what to do: {e.fix}",
-                  file=sys.stderr)
-            return 1
-        print(f"built {out} in {secs:.0f}s")
-        return 0
     print(__doc__, file=sys.stderr)
     return 2
 
