@@ -41,8 +41,10 @@ options:
       - V(present) creates the container if missing and makes its config match, without changing whether it runs.
       - V(started) and V(stopped) do the same, then start or stop it.
       - V(absent) stops it (shutdown, then stop) and removes it.
+      - V(query) changes nothing: it checks the node is readable and returns RV(exists), RV(status) and RV(mem_bytes)
+        of the container (the credentials stay in no_log parameters, unlike an C(Authorization) header of C(uri)).
     type: str
-    choices: [present, started, stopped, absent]
+    choices: [present, started, stopped, absent, query]
     default: present
   ostemplate:
     description:
@@ -255,6 +257,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+exists:
+  description: (state=query) Whether the container is in the node's listing.
+  type: bool
+  returned: state is query
+mem_bytes:
+  description: (state=query) Memory the container uses now, from the node's listing (0 when absent or stopped).
+  type: int
+  returned: state is query
 vmid:
   description: The container ID.
   returned: always
@@ -323,7 +333,7 @@ def argument_spec():
     return dict(
         vmid=dict(type="int", required=True),
         node=dict(type="str", required=True),
-        state=dict(type="str", default="present", choices=["present", "started", "stopped", "absent"]),
+        state=dict(type="str", default="present", choices=["present", "started", "stopped", "absent", "query"]),
         ostemplate=dict(type="str"),
         hostname=dict(type="str"),
         cores=dict(type="int"),
@@ -521,7 +531,20 @@ class PveLxc:
             self.fail(f"Cannot change {', '.join(keys)} of CT {self.vmid}. {problem}", error_kind="passthrough_root_only")
 
     # ---- states ---------------------------------------------------------------------------
+    def query(self):
+        """state=query: read only. The node's status (refused clearly when the node is unknown or not readable) and
+        the container's listing entry (status, mem) when it exists."""
+        self.call(f"reading the status of node {self.node} (needs Sys.Audit on /nodes/{self.node})",
+                  self.api.nodes(self.node).status.get)
+        listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
+        entry = next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
+        self.result.update(exists=entry is not None, status=(entry or {}).get("status", "absent"),
+                           mem_bytes=int((entry or {}).get("mem") or 0), listing_entry=entry)
+        return self.result
+
     def run(self):
+        if self.params["state"] == "query":
+            return self.query()
         desired, delete, gpu_paths, dev_options = self.desired()
         state = self.params["state"]
         exists = self.exists()

@@ -7,16 +7,13 @@
   sglang_memory.py measure [--unit sglang.service]
       JSON on stdout: /proc/meminfo (bytes), the cgroup memory usage, and every process of the unit
       (name, RssAnon, RssShmem, RssFile in bytes), with totals for the unit and its scheduler ranks.
-  sglang_memory.py guard --launch /etc/sglang/launch.json
-      Exit 0 when SGLang may start: no GPU visible here holds more than the allowed memory, and
-      MemAvailable covers what the plan needs. Otherwise print why and exit 1 (systemd ExecStartPre=).
+(The start guard is the unit's launcher, sglang_launch.py.)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 KIB = 1024
@@ -110,57 +107,14 @@ def measure(unit: str) -> dict:
     }
 
 
-def gpu_used_mib(smi: str) -> list[tuple[str, int]]:
-    r = subprocess.run([smi, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                       capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"{smi} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
-    rows = []
-    for line in r.stdout.strip().splitlines():
-        index, used = [x.strip() for x in line.split(",")[:2]]
-        rows.append((index, int(float(used))))
-    return rows
-
-
-def guard(launch_path: str) -> int:
-    with open(launch_path) as f:
-        launch = json.load(f)
-    g = launch.get("guard", {})
-    problems = []
-    try:
-        for index, used in gpu_used_mib(g.get("nvidia_smi", "/usr/bin/nvidia-smi")):
-            if used > int(g.get("gpu_used_max_mib", 256)):
-                problems.append(f"GPU {index} still holds {used} MiB (allowed {g.get('gpu_used_max_mib', 256)} MiB): "
-                                "a previous SGLang or a leftover process has not released it")
-    except (RuntimeError, OSError, ValueError) as exc:
-        problems.append(f"cannot read GPU memory: {exc}")
-    need = int(g.get("required_available_bytes", 0))
-    avail = meminfo()["mem_available_bytes"]
-    if g.get("memory_check", True) and need and avail < need:
-        problems.append(f"MemAvailable {avail / 1e9:.2f} GB is below the {need / 1e9:.2f} GB the plan needs "
-                        f"(reserve + processes + {launch.get('plan', {}).get('ranks_per_host', '?')} host KV pools)")
-    elif not g.get("memory_check", True):
-        print("sglang start guard: WARNING: memory check disabled (sglang_server_hicache_guard=false)", file=sys.stderr)
-    if problems:
-        for p in problems:
-            print(f"sglang start guard: refusing to start: {p}", file=sys.stderr)
-        return 1
-    print(f"sglang start guard: ok (MemAvailable {avail / 1e9:.2f} GB, needed {need / 1e9:.2f} GB)")
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--unit", default="sglang.service")
-    gp = sub.add_parser("guard")
-    gp.add_argument("--launch", default="/etc/sglang/launch.json")
     args = parser.parse_args()
-    if args.cmd == "measure":
-        print(json.dumps(measure(args.unit)))
-        return 0
-    return guard(args.launch)
+    print(json.dumps(measure(args.unit)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin behind inferops.gpu_inference.sglang_deploy_plan (documentation: plugins/modules/sglang_deploy_plan.py).
+
+Runs on the controller, contacts nothing; every decision is in module_utils/sglang_deploy.py.
+"""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
+
+_STAGES = ("request", "node", "launch", "verify")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        stage = args.pop("stage", None)
+        result["changed"] = False
+        try:
+            if stage not in _STAGES:
+                raise sglang_deploy.DeployError("stage must be one of %s, got %r" % (", ".join(_STAGES), stage))
+            # Extra vars (-e, AWX survey answers) outrank set_fact and register: refuse any that would shadow a
+            # computed or private name, at every stage (a play may be entered with --start-at-task).
+            sglang_deploy.refuse_injected(list(load_extra_vars(self._loader)), "the extra variables (-e or survey answers)")
+            if stage == "request":
+                hostvars = [n for n in sglang_deploy.COMPUTED_NAMES if n in task_vars]
+                sglang_deploy.refuse_injected(hostvars, "the inventory or play variables of %s" % task_vars.get("inventory_hostname"))
+                result["request"] = sglang_deploy.request(args.get("settings") or {})
+            elif stage == "node":
+                result["gate"] = sglang_deploy.node_gate(args["request"], args["node"], args["container"],
+                                                         int(args.get("node_reserve_bytes", 4 << 30)))
+            elif stage == "launch":
+                launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
+                result["launch"] = launch
+                result["launch_record"] = sglang_deploy.launch_record(launch, args["request"]["version"])
+            else:
+                result["verify"] = sglang_deploy.verify(args["launch"], args.get("running"), args["measure"],
+                                                        int(args.get("node_rank", 0)), float(args.get("tolerance", 0.10)))
+        except sglang_deploy.DeployError as exc:
+            result["failed"] = True
+            result["msg"] = str(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            result["failed"] = True
+            result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)
+        return result

@@ -1,0 +1,98 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: inferops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# The work is done by the action plugin of the same name (plugins/action/sglang_deploy_plan.py) on the controller.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_deploy_plan
+short_description: The one deploy plan of an SGLang server (size, argv, start guard, verify bounds)
+version_added: "0.2.0"
+author: inferops contributors
+description:
+  - Runs on the controller and contacts nothing. Every decision is made by C(module_utils/sglang_deploy.py), the same
+    code for the node's gate before any change, the container's launch and the verification of what runs.
+  - Refuses, at every stage, extra variables (C(-e), survey answers) that would shadow a value the roles compute
+    (for example C(sglang_server_hicache_size)), because Ansible lets extra variables outrank computed facts.
+  - Used by the roles C(sglang_server) and C(pve_gpu_container); not meant to be called by playbooks directly.
+options:
+  stage:
+    description: C(request) checks the operator's settings; C(node) is the gate on the PVE node; C(launch) plans the
+      value actually launched; C(verify) compares the running server with the launch.
+    type: str
+    required: true
+    choices: [request, node, launch, verify]
+  settings:
+    description: (request) The role's settings, see the role's argument specs.
+    type: dict
+  request:
+    description: (node, launch) The C(request) returned by the request stage.
+    type: dict
+  node:
+    description: (node) The node's facts from M(inferops.gpu_inference.gpu_host_facts) (memory, gpus, device paths).
+    type: dict
+  container:
+    description: (node) The container's declared spec; (launch) the container's own facts.
+    type: dict
+  node_reserve_bytes:
+    description: (node) RAM the node keeps for itself on top of the container limit.
+    type: int
+  node_state:
+    description: (launch) What the node play found (driver version, GPUs, declared memory limit).
+    type: dict
+  paths:
+    description: (launch) Paths in the container (python, launcher, launch.json, API key file, nvidia-smi).
+    type: dict
+  launch:
+    description: (verify) The C(launch) returned by the launch stage.
+    type: dict
+  running:
+    description: (verify) The server's C(/server_info), or null on node ranks above 0.
+    type: dict
+  measure:
+    description: (verify) The memory measurement of the unit (C(sglang_memory.py measure)).
+    type: dict
+  node_rank:
+    description: (verify) This container's node rank.
+    type: int
+  tolerance:
+    description: (verify) The fraction measured memory may differ from the plan.
+    type: float
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the settings
+  inferops.gpu_inference.sglang_deploy_plan:
+    stage: request
+    settings: {version: "0.5.21", tp_size: 2, model_path: /opt/models/m, model_preset: kimi-k2, requested_gb: ""}
+  register: __sglang_server_request
+"""
+
+RETURN = r"""
+request:
+  description: (request) The normalised settings and the plan's input without facts.
+  type: dict
+  returned: stage is request
+gate:
+  description: (node) The node's plan for the container (it fits; otherwise the task fails with the arithmetic).
+  type: dict
+  returned: stage is node
+launch:
+  description: (launch) hicache_size_gb, ranks, argv, guard, expected_running, bounds, plan, health_url.
+  type: dict
+  returned: stage is launch
+launch_record:
+  description: (launch) What /etc/sglang/launch.json holds.
+  type: dict
+  returned: stage is launch
+verify:
+  description: (verify) ok, mismatches and the figures compared.
+  type: dict
+  returned: stage is verify
+"""

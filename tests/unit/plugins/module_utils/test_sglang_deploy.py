@@ -1,0 +1,306 @@
+"""Unit tests for the one deploy plan (plugins/module_utils/sglang_deploy.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy as d
+
+GIB = 2**30
+MIB = 2**20
+
+SETTINGS = {
+    "version": "0.5.9", "tp_size": 8, "pp_size": 1, "dp_size": 1, "enable_dp_attention": False,
+    "nnodes": 1, "node_rank": 0, "model_preset": "kimi-k2", "kv_cache_dtype": "auto", "requested_gb": 0,
+    "policy": {}, "plan_extra": {}, "extra_args": [], "host": "", "port": 30000, "api_key_set": True,
+    "allow_unauthenticated": False, "model_path": "/models/kimi", "served_model_name": "",
+    "dist_init_host": "", "dist_init_port": 50000,
+}
+NODE = {
+    "mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB,
+    "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)],
+    "device_paths": ["/dev/nvidia%d" % i for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"],
+}
+CONTAINER = {"vmid": 129, "memory_mib": 420 * 1024, "gpus": list(range(8)), "existing_mem_bytes": 0}
+PATHS = {"python": "/opt/sglang/venv/bin/python3", "launcher": "/usr/local/libexec/inferops/sglang-launch",
+         "launch_json": "/etc/sglang/launch.json", "api_key_file": "/etc/sglang/api-key"}
+
+
+def req(**overrides):
+    s = dict(SETTINGS)
+    s.update(overrides)
+    return d.request(s)
+
+
+def node_state(gate):
+    return {"driver_version": "580.95.05", "memory_limit_bytes": gate["memory_limit_bytes"], "gpus": gate["gpus"],
+            "node_host": "pve1", "vmid": 129}
+
+
+def ct_facts(**overrides):
+    facts = {"device_paths": ["/dev/nvidia%d" % i for i in range(8)], "mem_total_bytes": 420 * GIB,
+             "mem_available_bytes": 416 * GIB, "cgroup_memory_limit_bytes": 420 * GIB, "unit_held_bytes": 0,
+             "addresses": ["2: eth0    inet 10.77.0.129/24 brd 10.77.0.255 scope global eth0"],
+             "declared_driver_version": ""}
+    facts.update(overrides)
+    return facts
+
+
+def full(**settings):
+    r = req(**settings)
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    return r, gate, d.launch(r, node_state(gate), ct_facts(), PATHS)
+
+
+# ---------------------------------------------------------------- the incident
+
+
+def test_incident_300_per_rank_refused_at_the_node_gate_with_the_arithmetic():
+    r = req(requested_gb=300)
+    with pytest.raises(d.DeployError) as exc:
+        d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    text = str(exc.value)
+    assert "refused before any change" in text
+    assert "8 ranks x 300.0 GB = 2400.0 GB pinned" in text
+
+
+def test_the_launched_size_is_the_planned_one_and_the_argv_carries_it_once():
+    r, gate, ln = full()
+    size = ln["hicache_size_gb"]
+    assert size == ln["plan"]["per_rank_gb"] > 0 and size <= gate["per_rank_gb"]
+    args = ln["sglang_args"]
+    assert args.count("--hicache-size") == 1 and args[args.index("--hicache-size") + 1] == str(size)
+    assert ln["guard"]["owned"]["--hicache-size"] == str(size)
+    assert ln["expected_running"]["hicache_size"] == size
+    assert ln["bounds"]["planned_pinned_bytes"] == ln["plan"]["pinned_per_rank_bytes"] * 8
+    # the guard needs reserve + overhead + every rank's pool free
+    p = ln["plan"]
+    assert ln["guard"]["required_available_bytes"] == p["reserve_bytes"] + p["overhead_bytes"] + p["pinned_per_rank_bytes"] * 8
+
+
+def test_a_requested_size_that_fits_is_launched_as_asked():
+    _, _, ln = full(requested_gb="20")
+    assert ln["hicache_size_gb"] == 20
+
+
+def test_the_api_key_is_never_in_the_argv_only_the_file_that_holds_it():
+    _, _, ln = full()
+    assert "--api-key" not in ln["sglang_args"]
+    assert ln["argv"][ln["argv"].index("--api-key-file") + 1] == "/etc/sglang/api-key"
+    assert ln["argv"][:2] == [PATHS["python"], PATHS["launcher"]]
+
+
+# ---------------------------------------------------------------- settings a survey or -e can give
+
+
+@pytest.mark.parametrize("value", [None, "", "  ", 0, "0"])
+def test_blank_or_zero_requested_size_lets_the_plan_choose(value):
+    assert req(requested_gb=value)["requested_gb"] is None
+
+
+@pytest.mark.parametrize("value, words", [
+    ("300GB", "without a unit"), ("300 GiB", "322.1 GB"), ("48.5", "round it down to 48"), (48.5, "whole number"),
+    (True, "boolean"), (-1, "between 0"), ("lots", "whole number"), ([48], "whole number"),
+])
+def test_requested_size_misreadings_are_refused_with_what_to_write(value, words):
+    with pytest.raises(d.DeployError) as exc:
+        req(requested_gb=value)
+    assert words in str(exc.value)
+    assert "sglang_server_hicache_requested_gb" in str(exc.value)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--hicache-size", "300"], "--hicache-size"), (["--hicache-size=300"], "--hicache-size"),
+    (["--hicache-si", "300"], "--hicache-size"), (["--tp", "4"], "--tp-size"), (["--api-key", "x"], "--api-key"),
+    (["--host", "0.0.0.0"], "--host"), (["--hicache-ratio", "4"], "--hicache-ratio"),
+    (["--enable-hier"], "--enable-hierarchical-cache"),
+])
+def test_extra_args_cannot_set_what_the_plan_owns(args, flag):
+    with pytest.raises(d.DeployError) as exc:
+        req(extra_args=["--max-running-requests", "64"] + args)
+    assert flag in str(exc.value)
+
+
+def test_extra_args_that_the_plan_does_not_own_pass_through_as_strings():
+    r = req(extra_args=["--max-running-requests", 64, "--model-impl", "sglang"])
+    assert r["extra_args"] == ["--max-running-requests", "64", "--model-impl", "sglang"]
+
+
+def test_extra_args_as_one_string_are_refused():
+    with pytest.raises(d.DeployError, match="must be a list"):
+        req(extra_args="--max-running-requests 64")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("tp_size", "eight", "sglang_server_tp_size must be a whole number"),
+    ("tp_size", 0, "between 1"),
+    ("version", "latest", "sglang_server_version"),
+    ("version", "", "sglang_server_version must be set"),
+    ("model_path", "models/kimi", "absolute path"),
+    ("port", 70000, "sglang_server_port"),
+    ("enable_dp_attention", "maybe", "true or false"),
+    ("host", "my-host", "must be an IP address"),
+])
+def test_bad_settings_name_the_variable(key, value, words):
+    with pytest.raises(d.DeployError) as exc:
+        req(**{key: value})
+    assert words in str(exc.value)
+
+
+def test_policy_cannot_smuggle_facts_or_layout():
+    with pytest.raises(d.DeployError, match="mem_total_bytes"):
+        req(policy={"mem_total_bytes": 10**15})
+    with pytest.raises(d.DeployError, match="requested_gb"):
+        req(plan_extra={"requested_gb": 300})
+
+
+def test_open_bind_without_a_key_is_refused_unless_allowed_by_name():
+    with pytest.raises(d.DeployError, match="sglang_server_allow_unauthenticated"):
+        req(host="0.0.0.0", api_key_set=False)
+    assert req(host="127.0.0.1", api_key_set=False)["service"]["host"] == "127.0.0.1"
+    assert req(host="0.0.0.0", api_key_set=False, allow_unauthenticated=True)["service"]["host"] == "0.0.0.0"
+
+
+def test_default_bind_is_the_containers_own_address_and_needs_a_key():
+    _, _, ln = full()
+    assert ln["bind_host"] == "10.77.0.129"
+    assert ln["sglang_args"][ln["sglang_args"].index("--host") + 1] == "10.77.0.129"
+    r = req(api_key_set=False)
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    with pytest.raises(d.DeployError, match="without an API key"):
+        d.launch(r, node_state(gate), ct_facts(), PATHS)
+
+
+def test_no_global_address_is_refused():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    with pytest.raises(d.DeployError, match="no global IPv4"):
+        d.launch(r, node_state(gate), ct_facts(addresses=["1: lo inet 127.0.0.1/8 scope host lo"]), PATHS)
+
+
+# ---------------------------------------------------------------- injected names
+
+
+@pytest.mark.parametrize("name", ["sglang_server_hicache_size", "sglang_server_plan", "__sglang_server_launch_result",
+                                  "_sglang_server_launch_json", "pve_gpu_container_state", "sglang_server_node_state"])
+def test_computed_or_private_names_from_the_operator_are_refused(name):
+    with pytest.raises(d.DeployError) as exc:
+        d.refuse_injected(["sglang_server_tp_size", name], "the extra variables")
+    assert name in str(exc.value) and "sglang_server_hicache_requested_gb" in str(exc.value)
+
+
+def test_public_inputs_are_not_refused():
+    d.refuse_injected(["sglang_server_tp_size", "sglang_server_hicache_requested_gb", "recover_vmid"], "x")
+
+
+# ---------------------------------------------------------------- the node gate
+
+
+def test_gate_refuses_gpus_the_node_lacks_and_a_layout_that_does_not_use_them():
+    with pytest.raises(d.DeployError, match="asks for GPUs 8"):
+        d.node_gate(req(), NODE, dict(CONTAINER, gpus=[8]), 4 * GIB)
+    with pytest.raises(d.DeployError, match="8 scheduler rank"):
+        d.node_gate(req(), NODE, dict(CONTAINER, gpus=[0, 1, 2, 3]), 4 * GIB)
+
+
+def test_gate_refuses_a_limit_above_the_nodes_ram():
+    with pytest.raises(d.DeployError, match="protects nothing"):
+        d.node_gate(req(), NODE, dict(CONTAINER, memory_mib=449 * 1024), 4 * GIB)
+
+
+def test_gate_counts_a_running_containers_memory_as_available():
+    a = d.node_gate(req(), dict(NODE, mem_available_bytes=100 * GIB), dict(CONTAINER, existing_mem_bytes=345 * GIB), 4 * GIB)
+    b = d.node_gate(req(), NODE, CONTAINER, 4 * GIB)
+    assert a["per_rank_gb"] == b["per_rank_gb"]
+
+
+def test_dp_without_dp_attention_multiplies_ranks():
+    with pytest.raises(d.DeployError, match="16 scheduler rank"):
+        d.node_gate(req(dp_size=2), NODE, CONTAINER, 4 * GIB)
+
+
+# ---------------------------------------------------------------- launch in the container
+
+
+def test_launch_uses_the_tighter_of_cgroup_and_declared_limits():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    loose = d.launch(r, node_state(gate), ct_facts(), PATHS)
+    tight = d.launch(r, node_state(gate), ct_facts(cgroup_memory_limit_bytes=200 * GIB, mem_total_bytes=200 * GIB,
+                                                   mem_available_bytes=196 * GIB), PATHS)
+    assert tight["memory_limit_bytes"] == 200 * GIB
+    assert tight["hicache_size_gb"] < loose["hicache_size_gb"]
+
+
+def test_launch_refuses_device_nodes_that_do_not_match():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    with pytest.raises(d.DeployError, match="sees 2 GPU device node"):
+        d.launch(r, node_state(gate), ct_facts(device_paths=["/dev/nvidia0", "/dev/nvidia1"]), PATHS)
+
+
+def test_launch_refuses_a_declared_driver_other_than_the_nodes():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    with pytest.raises(d.DeployError, match="must equal the node's kernel module"):
+        d.launch(r, node_state(gate), ct_facts(declared_driver_version="570.1"), PATHS)
+
+
+def test_launch_record_has_no_figures_that_move_with_memavailable():
+    r, gate, ln = full()
+    rec = d.launch_record(ln, r["version"])
+    assert "mem_available_bytes" not in str(rec) and "headroom" not in str(rec)
+    assert rec["hicache_size"] == ln["hicache_size_gb"]
+
+
+# ---------------------------------------------------------------- verify
+
+
+def measure(ln, ranks=8, held=None, unit=None):
+    held = ln["bounds"]["planned_pinned_bytes"] if held is None else held
+    return {"rank_count": ranks, "ranks_held_bytes": held, "unit_held_bytes": held + 10**9 if unit is None else unit}
+
+
+def running(ln, **overrides):
+    info = {"hicache_size": ln["hicache_size_gb"], "enable_hierarchical_cache": True, "tp_size": 8, "pp_size": 1,
+            "dp_size": 1, "model_path": "/models/kimi", "port": 30000, "host": "10.77.0.129"}
+    info.update(overrides)
+    return info
+
+
+def test_verify_accepts_what_was_planned():
+    _, _, ln = full()
+    assert d.verify(ln, running(ln), measure(ln), 0, 0.1)["ok"]
+
+
+def test_verify_catches_another_size_running():
+    _, _, ln = full()
+    v = d.verify(ln, running(ln, hicache_size=300), measure(ln), 0, 0.1)
+    assert not v["ok"] and "hicache_size" in v["mismatches"][0]
+
+
+def test_verify_catches_unpinned_pools_missing_ranks_and_excess():
+    _, _, ln = full()
+    assert not d.verify(ln, running(ln), measure(ln, held=0), 0, 0.1)["ok"]
+    assert not d.verify(ln, running(ln), measure(ln, ranks=7), 0, 0.1)["ok"]
+    assert not d.verify(ln, running(ln), measure(ln, unit=10**15), 0, 0.1)["ok"]
+
+
+def test_verify_on_a_follower_node_checks_memory_only():
+    _, _, ln = full()
+    assert d.verify(ln, None, measure(ln), 1, 0.1)["ok"]
+
+
+def test_verify_refuses_a_tolerance_that_is_not_a_fraction():
+    _, _, ln = full()
+    with pytest.raises(d.DeployError):
+        d.verify(ln, running(ln), measure(ln), 0, 10)
+
+
+def test_hicache_module_is_the_only_arithmetic():
+    # the deploy plan's size is the calculator's size for the same input
+    r, gate, _ = full()
+    data = dict(r["plan_base"], mem_total_bytes=NODE["mem_total_bytes"], mem_available_bytes=NODE["mem_available_bytes"],
+                mem_limit_bytes=CONTAINER["memory_mib"] * MIB, gpu_count=8, gpu_memory_mib=97887)
+    assert hicache.size_gb(data) == gate["per_rank_gb"]
