@@ -32,7 +32,9 @@ class ActionModule(ActionBase):
             # computed or private name, at every stage (a play may be entered with --start-at-task).
             sglang_deploy.refuse_injected(list(load_extra_vars(self._loader)), "the extra variables (-e or survey answers)")
             if stage == "request":
-                hostvars = [n for n in sglang_deploy.COMPUTED_NAMES if n in task_vars]
+                # The inventory cannot outrank set_fact, but a computed name set there is a misunderstanding worth
+                # stopping. (pve_gpu_container_spec is set just before, by the container_spec entry point.)
+                hostvars = [n for n in sglang_deploy.COMPUTED_NAMES - {"pve_gpu_container_spec"} if n in task_vars]
                 sglang_deploy.refuse_injected(hostvars, "the inventory or play variables of %s" % task_vars.get("inventory_hostname"))
                 result["request"] = sglang_deploy.request(args.get("settings") or {})
             elif stage == "node":

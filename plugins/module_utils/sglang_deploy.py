@@ -228,6 +228,16 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         hicache.parse_version(version)
     except hicache.PlanError as exc:
         raise DeployError("sglang_server_version: %s" % exc) from exc
+    cluster = s.get("cluster") or []
+    if not isinstance(cluster, (list, tuple)):
+        raise DeployError("sglang_server_cluster_group must name an inventory group, got %s" % _clip(cluster))
+    me = s.get("inventory_hostname")
+    if cluster and me not in cluster:
+        raise DeployError("%s is not in its sglang_server_cluster_group (%s); add it to the group or unset the variable"
+                          % (me, ", ".join(map(str, cluster))))
+    if cluster:
+        s.setdefault("nnodes", len(cluster))
+        s.setdefault("node_rank", list(cluster).index(me))
     layout = {
         "tp_size": _int("sglang_server_tp_size", s.get("tp_size", 1), 1, 1024),
         "pp_size": _int("sglang_server_pp_size", s.get("pp_size", 1), 1, 1024),

@@ -41,7 +41,7 @@ options:
       - V(present) creates the container if missing and makes its config match, without changing whether it runs.
       - V(started) and V(stopped) do the same, then start or stop it.
       - V(absent) stops it (shutdown, then stop) and removes it.
-      - V(query) changes nothing: it checks the node is readable and returns RV(exists), RV(status) and RV(mem_bytes)
+      - V(query) changes nothing. It checks the node is readable and returns RV(exists), RV(status) and RV(mem_bytes)
         of the container (the credentials stay in no_log parameters, unlike an C(Authorization) header of C(uri)).
     type: str
     choices: [present, started, stopped, absent, query]
