@@ -674,6 +674,13 @@ def lxc_info(vmid: int) -> tuple[str, int | None]:
     return ("running" if info.get("State") == "RUNNING" else "stopped"), pid
 
 
+def lxc_raw_state(vmid: int) -> str:
+    """LXC's own state name (RUNNING, STOPPING, STOPPED, ...); STOPPED when lxc-info knows no such CT."""
+    r = subprocess.run(["lxc-info", "-n", str(vmid), "-s"], capture_output=True, text=True)
+    m = re.search(r"State:\s*(\S+)", r.stdout or "")
+    return m.group(1) if r.returncode == 0 and m else "STOPPED"
+
+
 def is_running(vmid: int) -> bool:
     return lxc_info(vmid)[0] == "running"
 
@@ -1050,7 +1057,9 @@ def do_stop(task: Task, vmid: int, skiplock: bool) -> None:
     rc = _lxc_stop(vmid, ["--kill"])
     # PVE waits for the monitor to close the command socket; the lab waits up to 30 s for STOPPED.
     subprocess.run(["lxc-wait", "-n", str(vmid), "-s", "STOPPED", "-t", "30"], capture_output=True)
-    log, error = stop_outcome(vmid, cmd, rc, is_running(vmid))
+    # A CT whose init is gone but whose namespace cannot end (a task in D state) is STOPPING, not
+    # STOPPED: PVE's vm_stop would still see the monitor's socket open. Anything but STOPPED is a failure.
+    log, error = stop_outcome(vmid, cmd, rc, lxc_raw_state(vmid) != "STOPPED")
     for line in log:
         task.say(line)
     if error:
@@ -1314,8 +1323,9 @@ def config_with_pending_array(conf: dict, pending: dict | None = None, pending_d
 
 def get_pending(vmid) -> list:
     """GET /pending. The lab writes every change at once (no [pending] section), so no entry carries
-    `pending` or `delete`; values are the config file's strings, as PVE returns them."""
-    return config_with_pending_array(load_config(int(vmid)))
+    `pending` or `delete`; values are typed as GET /config returns them (PVE's parser runs check_type on
+    each value, so integers and booleans are JSON numbers), digest included."""
+    return config_with_pending_array(get_config(int(vmid)))
 
 
 def unlock(vmid) -> None:
