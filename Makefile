@@ -66,8 +66,8 @@ property: setup
 	cd "$(COLL_LINK)" && HICACHE_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) HICACHE_PROPERTY_MIN_LAYOUTS=$(PROPERTY_MIN_PLANNED) \
 	  HICACHE_PROPERTY_MIN_PLANNED=$(PROPERTY_MIN_PLANNED) "$(BIN)/python" -m pytest -q -p no:cacheprovider tests/unit/plugins/test_hicache_property.py
 
-# Tests that need neither root nor the lab (the SGLang stand-in's arithmetic, in-process).
-PURE_TESTS := tests/lab/test_sglang_units.py
+# Tests that need neither root nor the lab (the SGLang stand-in's arithmetic and the simulated PVE node's rules, in-process).
+PURE_TESTS := tests/lab/test_sglang_units.py tests/lab/test_pve_units.py
 pure: setup
 	"$(BIN)/python" -m pytest -q -p no:cacheprovider $(PURE_TESTS)
 

@@ -205,3 +205,23 @@ def test_fault_stuck_resists_sigkill_until_fuse_abort(ct, clean):
         f.write("1")
     assert t.wait_for(lambda: t.proc_state(pid) is None)
     assert t.wait_for(lambda: t.gpu_used(G0) == base)
+
+
+def test_stop_that_cannot_stop_fails(ct, clean):
+    """A task in D state keeps the CT's PID namespace alive: `pct stop` must fail (exit 255, `container did
+    not stop`, as PVE::LXC::vm_stop) instead of reporting OK."""
+    r = t.fault("inject", "stuck", "--vmid", ct, "--gpu", str(G0), "--mib", "512")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    pid = rec["processes"][0]["pid"]
+    try:
+        r = t.run(["pct", "stop", ct], timeout=180)
+        assert r.returncode == 255 and "container did not stop" in r.stderr, r.stdout + r.stderr
+    finally:
+        with open(rec["abort"], "w") as f:
+            f.write("1")
+        assert t.wait_for(lambda: t.proc_state(pid) is None, timeout=30)
+        t.wait_for(lambda: "State:" in t.run(["lxc-info", "-n", ct, "-s"]).stdout
+                   and "STOPPED" in t.run(["lxc-info", "-n", ct, "-s"]).stdout, timeout=60)
+        if t.run(["pct", "status", ct]).stdout == "status: stopped\n":
+            t.ct_start(ct)

@@ -170,11 +170,13 @@ def test_nvidia_dev_binds_driver_dir(api_root, ct):
 
 def test_lock_refuses_start_and_stop_without_skiplock(api_root, api_token, ct):
     nodeapi = api_root.nodes(NODE)
-    with pytest.raises(ResourceException) as e:
-        api_token.nodes(NODE).lxc(ct).config.put(lock="backup")
-    assert e.value.status_code == 403
-    nodeapi.lxc(ct).config.put(lock="backup")
+    # `lock` needs VM.Config.Options (check_ct_modify_config_perm has no root@pam rule for it), which the
+    # full-privilege token has
+    api_token.nodes(NODE).lxc(ct).config.put(lock="backup")
     try:
+        with pytest.raises(ResourceException) as e:  # skiplock: root@pam only, a 400 parameter error
+            api_token.nodes(NODE).lxc(ct).status.stop.post(skiplock=1)
+        assert e.value.status_code == 400 and e.value.errors == {"skiplock": "Only root may use this option."}
         st = wait_task(api_root, nodeapi.lxc(ct).status.shutdown.post(timeout=5))
         assert st["exitstatus"] == "CT is locked (backup)"
         with pytest.raises(ResourceException) as e:
@@ -184,3 +186,66 @@ def test_lock_refuses_start_and_stop_without_skiplock(api_root, api_token, ct):
     finally:
         assert pct("unlock", str(ct)).returncode == 0
     assert "lock" not in nodeapi.lxc(ct).config.get()
+
+
+SCHEMA_ERROR = "property is not defined in schema and the schema does not allow additional properties"
+
+
+def test_update_vm_schema_and_read_only_options(api_root, ct):
+    cfg = api_root.nodes(NODE).lxc(ct).config
+    with pytest.raises(ResourceException) as e:  # update_vm has no skiplock
+        cfg.put(memory=300, skiplock=1)
+    assert e.value.status_code == 400 and e.value.errors == {"skiplock": SCHEMA_ERROR}
+    with pytest.raises(ResourceException) as e:
+        cfg.put(unprivileged=1)
+    assert e.value.status_code == 500 and e.value.content == "unable to modify read-only option: 'unprivileged'"
+    for opt in ("memory", "rootfs", "ostype"):
+        with pytest.raises(ResourceException) as e:
+            cfg.put(delete=opt)
+        assert e.value.status_code == 500 and e.value.content == f"unable to delete required option '{opt}'"
+    with pytest.raises(ResourceException) as e:
+        cfg.put(delete="unprivileged")
+    assert e.value.content == "unable to delete read-only option: 'unprivileged'"
+    with pytest.raises(ResourceException) as e:
+        cfg.put(delete="bogus")
+    assert e.value.status_code == 400 and e.value.errors == {"delete": "unknown option 'bogus'"}
+    conf = cfg.get()
+    assert conf["memory"] == 512 and conf["unprivileged"] == 1
+
+
+def test_feature_flags_for_tokens(api_root, api_token, ct):
+    """Unprivileged CT: a token may change `nesting` only; other features and privileged CTs are root@pam's."""
+    tok = api_token.nodes(NODE).lxc(ct).config
+    root = api_root.nodes(NODE).lxc(ct).config
+    try:
+        tok.put(features="nesting=1")
+        with pytest.raises(ResourceException) as e:
+            tok.put(features="nesting=1,keyctl=1")
+        assert e.value.status_code == 403 and e.value.content == (
+            "Permission check failed (changing feature flags (except nesting) is only allowed for root@pam)")
+        root.put(features="nesting=1,keyctl=1")
+        with pytest.raises(ResourceException) as e:
+            tok.put(delete="features")
+        assert e.value.status_code == 403
+    finally:
+        root.put(delete="features")
+
+
+def test_pending_is_pves_array(api_token, ct):
+    conf = api_token.nodes(NODE).lxc(ct).config.get()
+    pending = api_token.nodes(NODE).lxc(ct).pending.get()
+    by_key = {item["key"]: item for item in pending}
+    assert by_key["memory"] == {"key": "memory", "value": conf["memory"]}
+    assert by_key["digest"] == {"key": "digest", "value": conf["digest"]}
+    assert all(set(item) <= {"key", "value", "pending", "delete"} for item in pending)
+    assert "lxc" not in by_key
+
+
+def test_status_parameters_are_checked(api_root, ct):
+    st = api_root.nodes(NODE).lxc(ct).status
+    with pytest.raises(ResourceException) as e:
+        st.stop.post(forceStop=1)
+    assert e.value.status_code == 400 and e.value.errors == {"forceStop": SCHEMA_ERROR}
+    with pytest.raises(ResourceException) as e:
+        st.start.post()
+    assert e.value.status_code == 500 and e.value.content == f"CT {ct} already running"

@@ -95,3 +95,31 @@ def test_ansible_setup_through_pct_remote(ct):
                        capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ansible_memtotal_mb: 512\n" in r.stdout and f"ansible_hostname: labtest{ct}\n" in r.stdout, r.stdout
+
+
+def test_unknown_options_and_commands_are_refused(ct):
+    """PVE's CLI: Getopt's `Unknown option: <name>`, `400 unable to parse option`, exit 255; nothing done."""
+    for args in (["set", str(ct), "--skiplock", "1", "--memory", "300"], ["stop", str(ct), "--forceStop", "1"],
+                 ["status", str(ct), "--current"], ["shutdown", str(ct), "--skiplock"]):
+        r = pct(*args)
+        assert r.returncode == 255, r
+        assert f"Unknown option: {args[2].lstrip('-')}" in r.stderr and "400 unable to parse option" in r.stderr, r
+    assert "memory: 512\n" in pct("config", str(ct)).stdout
+    r = pct("frobnicate", str(ct))
+    assert r.returncode == 255 and "ERROR: unknown command 'pct frobnicate'" in r.stderr, r
+    r = pct("stop", str(ct), "--overrule-shutdown", "1")  # PVE has it; the lab refuses rather than ignores it
+    assert r.returncode == 255 and "not simulated" in r.stderr, r
+    assert pct("status", str(ct)).stdout == "status: running\n"
+
+
+def test_set_read_only_required_and_unset_options(ct):
+    r = pct("set", str(ct), "--unprivileged", "0")
+    assert r.returncode == 255 and "unable to modify read-only option: 'unprivileged'" in r.stderr, r
+    r = pct("set", str(ct), "--delete", "memory")
+    assert r.returncode == 255 and "unable to delete required option 'memory'" in r.stderr, r
+    r = pct("set", str(ct), "--delete", "bogus")
+    assert r.returncode == 255 and "delete: unknown option 'bogus'" in r.stderr, r
+    r = pct("set", str(ct), "--delete", "searchdomain")  # not set: a warning, exit 0
+    assert r.returncode == 0 and "cannot delete 'searchdomain' - not set in current configuration!" in r.stderr, r
+    r = pct("pending", str(ct))
+    assert r.returncode == 0 and "cur memory: 512\n" in r.stdout and "digest" not in r.stdout, r

@@ -127,6 +127,22 @@ def test_argument_errors(run):
             "and cannot be used at the same time. Please use only one of them.") in s.output()
 
 
+@pytest.mark.parametrize("version,args", [
+    ("0.5.9", ["--load-format", "runai_streamer"]),         # from 0.5.10
+    ("0.5.9", ["--quantization", "int4"]),
+    ("0.5.20", ["--quantization", "marlin"]),               # dropped in 0.5.20
+    ("0.5.2", ["--attention-backend", "fa4"]),              # from 0.5.4
+    ("0.5.9", ["--decode-attention-backend", "nope"]),
+    ("0.5.2", ["--schedule-policy", "priority"]),           # from 0.5.4
+    ("0.5.9", ["--enable-hierarchical-cache", "--hicache-storage-backend", "s3"]),
+])
+def test_choice_lists_exit_2(run, version, args):
+    """Values outside the release's argparse choices (server_args_choices.py) exit 2 before anything starts."""
+    s = run(version, *args)
+    assert s.wait(30) == 2
+    assert "invalid choice: '%s'" % args[-1] in s.output()
+
+
 def test_no_driver_fails_like_cuda(run):
     s = run("0.5.9", "--tp", "2", env={"NVLAB_DRIVER_SOCK": "/nonexistent/driver.sock"})
     rc = s.wait(60)

@@ -141,3 +141,59 @@ def test_hicache_args_by_version():
         _args(["--enable-hicache"], "0.5.21")
     assert e.value.code == 2
     assert _args(["--enable-hicache"], "0.5.23")["enable_hierarchical_cache"] is True
+
+
+# Choice lists (server_args_choices.py, copied from each release's wheel): anything else exits 2 as argparse does.
+CHOICE_FLAGS = ["--load-format", "--quantization", "--attention-backend", "--prefill-attention-backend",
+                "--decode-attention-backend", "--schedule-policy", "--hicache-storage-backend"]
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.9", "0.5.15", "0.5.23"])
+@pytest.mark.parametrize("flag", CHOICE_FLAGS)
+def test_choice_flags_refuse_unknown_values(version, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        prepare_server_args(["--model-path", "/m", flag, "no-such-value"], version)
+    assert e.value.code == 2
+    assert "invalid choice: 'no-such-value'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version,flag,value,accepted", [
+    ("0.5.9", "--load-format", "safetensors", True),
+    ("0.5.9", "--load-format", "runai_streamer", False),   # added in 0.5.10
+    ("0.5.10", "--load-format", "runai_streamer", True),
+    ("0.5.9", "--quantization", "fp8", True),
+    ("0.5.9", "--quantization", "modelopt_mixed", False),  # added in 0.5.10
+    ("0.5.18", "--quantization", "marlin", True),
+    ("0.5.20", "--quantization", "marlin", False),         # dropped in 0.5.20
+    ("0.5.2", "--attention-backend", "fa3", True),
+    ("0.5.2", "--attention-backend", "fa4", False),        # added in 0.5.4
+    ("0.5.4", "--prefill-attention-backend", "fa4", True),
+    ("0.5.19", "--decode-attention-backend", "dual_chunk_flash_attn", True),
+    ("0.5.20", "--decode-attention-backend", "dual_chunk_flash_attn", False),
+    ("0.5.2", "--schedule-policy", "priority", False),     # added in 0.5.4
+    ("0.5.4", "--schedule-policy", "priority", True),
+    ("0.5.20", "--schedule-policy", "hrrn", True),
+    ("0.5.2", "--hicache-storage-backend", "file", True),
+    ("0.5.2", "--hicache-storage-backend", "mooncake", True),
+    ("0.5.2", "--hicache-storage-backend", "eic", False),  # added in 0.5.4
+    ("0.5.23", "--hicache-storage-backend", "seaweedfs", True),
+])
+def test_choice_lists_follow_the_release(version, flag, value, accepted):
+    argv = ["--model-path", "/m", flag, value]
+    if accepted:
+        args = prepare_server_args(argv, version)
+        assert args[flag[2:].replace("-", "_")] == value
+    else:
+        with pytest.raises(SystemExit) as e:
+            prepare_server_args(argv, version)
+        assert e.value.code == 2
+
+
+def test_defaults_are_in_the_choice_lists():
+    from sglang.srt.server_args_choices import CHOICES, choices_for
+    for flag in CHOICES:
+        for first, _ in CHOICES[flag]:
+            assert choices_for(flag, first) is not None
+    for version in ["0.5.2", "0.5.23"]:
+        args = prepare_server_args(["--model-path", "/m"], version)
+        assert args["load_format"] == "auto" and args["schedule_policy"] == "fcfs"

@@ -15,7 +15,9 @@ from pvelab import PVEError  # noqa: E402
 
 USER = "root@pam"
 CMDS = ("exec", "enter", "start", "stop", "shutdown", "reboot", "status", "config", "set", "unlock", "list",
-        "create", "destroy", "help")
+        "create", "destroy", "pending", "help")
+# positional arguments of each command (pct.pm $cmddef arg_param)
+POSITIONAL = {"list": 0, "create": 2}
 
 
 def die(msg: str, code: int = 255) -> "None":
@@ -23,25 +25,102 @@ def die(msg: str, code: int = 255) -> "None":
     sys.exit(code)
 
 
-def parse_args(args: list[str]) -> tuple[list[str], dict]:
-    """Getopt::Long style as PVE's CLIHandler: -opt val, --opt val, --opt=val; repeated -delete joins."""
-    pos, opts = [], {}
+# The options of each `pct` command: the parameters of the API method it maps to in pve-container
+# src/PVE/CLI/pct.pm ($cmddef), minus the fixed `node` and the positional arguments (vmid, ostemplate).
+# "bool": Getopt `:s` (value optional); "value": `=s`; "list": `=s@` (repeatable, joined with commas);
+# NOT_SIMULATED: PVE has the option but the lab does not simulate it, so it is refused, never ignored.
+NOT_SIMULATED = "not simulated"
+_CONFIG = "config"  # every config option of pct.conf(5) the lab knows (pvelab.option_checker)
+CREATE_EXTRA = {"password": "value", "ssh-public-keys": "value", "start": "bool", "storage": "value",
+                "force": NOT_SIMULATED, "restore": NOT_SIMULATED, "unique": NOT_SIMULATED,
+                "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED,
+                "ha-managed": NOT_SIMULATED}
+SCHEMAS = {
+    "exec": {"keep-env": "bool"},                                   # pct.pm exec
+    "enter": {"keep-env": "bool"},                                  # pct.pm enter
+    "status": {"verbose": "bool"},                                  # pct.pm status
+    "config": {"current": "bool", "snapshot": NOT_SIMULATED},       # API2/LXC/Config.pm vm_config
+    "list": {},                                                     # API2/LXC.pm vmlist
+    "unlock": {},                                                   # pct.pm unlock
+    "start": {"skiplock": "bool", "debug": NOT_SIMULATED},          # API2/LXC/Status.pm vm_start
+    "stop": {"skiplock": "bool", "overrule-shutdown": NOT_SIMULATED},  # Status.pm vm_stop
+    "shutdown": {"timeout": "value", "forceStop": "bool"},          # Status.pm vm_shutdown
+    "reboot": {"timeout": "value"},                                 # Status.pm vm_reboot
+    "destroy": {"force": "bool", "purge": "bool", "destroy-unreferenced-disks": NOT_SIMULATED},  # destroy_vm
+    "set": {_CONFIG: "value", "delete": "list", "revert": "list", "digest": "value"},  # Config.pm update_vm
+    "create": {_CONFIG: "value", **CREATE_EXTRA},                   # API2/LXC.pm create_vm
+    "pending": {},                                                  # API2/LXC.pm vm_pending
+}
+
+
+class OptionError(Exception):
+    """An option Getopt::Long does not know: it warns `Unknown option: <name>` and PVE's
+    JSONSchema::get_options raises `400 unable to parse option`."""
+
+    def __init__(self, warnings: list[str], msg: str = "unable to parse option"):
+        super().__init__(msg)
+        self.warnings = warnings
+        self.msg = msg
+
+
+def option_kind(schema: dict, name: str):
+    if name in schema:
+        return schema[name]
+    if _CONFIG in schema and name not in ("lxc",) and pve.option_checker(name) is not None:
+        return schema[_CONFIG]
+    return None
+
+
+def parse_args(args: list[str], schema: dict | None = None) -> tuple[list[str], dict]:
+    """Getopt::Long as PVE's JSONSchema::get_options configures it (prefix `-` or `--`, `--opt=v`);
+    an option not in the command's schema is `Unknown option: <name>`, and the call fails with
+    `400 unable to parse option` (exit 255). Options PVE has but the lab does not simulate are refused
+    with the lab's own message. Without a schema every option is taken (internal use only)."""
+    pos, opts, unknown, refused = [], {}, [], []
     i = 0
     while i < len(args):
         a = args[i]
+        if a == "--":
+            pos.extend(args[i + 1:])
+            break
         if a.startswith("-") and len(a) > 1 and not re.fullmatch(r"-\d+", a):
-            key = a.lstrip("-")
+            key = a[2:] if a.startswith("--") else a[1:]
+            val = None
             if "=" in key:
                 key, val = key.split("=", 1)
-            elif i + 1 < len(args):
-                val = args[i + 1]
+            kind = "value" if schema is None else option_kind(schema, key)
+            if kind is None:
+                unknown.append(f"Unknown option: {key}")
                 i += 1
+                continue
+            if kind == NOT_SIMULATED:
+                refused.append(key)
+                i += 1
+                continue
+            if val is None:
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                # `=s` takes the next argument; `:s` (booleans) only when it does not look like an option
+                takes_next = nxt is not None and (kind != "bool" or not (nxt.startswith("-") and len(nxt) > 1))
+                if takes_next:
+                    val = nxt
+                    i += 1
+                elif kind == "bool":
+                    val = "1"
+                else:
+                    unknown.append(f"Option {key} requires an argument")
+                    i += 1
+                    continue
+            if kind == "list" and key in opts:
+                opts[key] = f"{opts[key]},{val}"
             else:
-                val = "1"
-            opts[key] = val if key not in opts else f"{opts[key]},{val}"
+                opts[key] = val
         else:
             pos.append(a)
         i += 1
+    if unknown:
+        raise OptionError(unknown)
+    if refused:
+        raise OptionError([], "lab: option(s) not simulated by the lab: " + ", ".join(f"--{k}" for k in refused))
     return pos, opts
 
 
@@ -69,7 +148,7 @@ def cmd_exec(argv: list[str]) -> int:
         head, command = argv[:idx], argv[idx + 1:]
     else:
         head, command = argv[:1], argv[1:]
-    pos, opts = parse_args(head)
+    pos, opts = parse_args(head, SCHEMAS["exec"])
     vmid = need_vmid(pos, "exec")
     pve.load_config(vmid)
     if not pve.is_running(vmid):
@@ -119,6 +198,37 @@ def cmd_list(pos, opts) -> int:
     return 0
 
 
+def usage_error(cmd: str, msg: str, warnings=()) -> "None":
+    """A parameter error as PVE's CLI prints it: Getopt's warnings, `400 <msg>`, the short usage; exit 255."""
+    for w in warnings:
+        sys.stderr.write(w + "\n")
+    die(f"400 {msg}\npct {cmd} <vmid> [OPTIONS]" if cmd not in ("list",) else f"400 {msg}\npct {cmd}")
+
+
+def check_positional(cmd: str, pos: list[str]) -> None:
+    if len(pos) > POSITIONAL.get(cmd, 1):
+        usage_error(cmd, "too many arguments")
+
+
+def cmd_pending(pos, opts) -> int:
+    """PVE::GuestHelpers::format_pending over the /pending array."""
+    vmid = need_vmid(pos, "pending")
+    for item in sorted(pve.get_pending(vmid), key=lambda i: i["key"]):
+        k, v, pnd = item["key"], item.get("value"), item.get("pending")
+        if k == "digest":
+            continue
+        if v is not None:
+            if item.get("delete"):
+                print(f"del {k}: {v}")
+            elif pnd is not None:
+                print(f"cur {k}: {v}\nnew {k}: {pnd}")
+            else:
+                print(f"cur {k}: {v}")
+        elif pnd is not None:
+            print(f"new {k}: {pnd}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     os.environ["PATH"] = pve.CLI_PATH
     if not argv or argv[0] in ("help", "-h", "--help"):
@@ -126,13 +236,15 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 255
     cmd, rest = argv[0], argv[1:]
     if cmd not in CMDS:
-        die(f"unknown command 'pct {cmd}'")
+        # PVE::CLIHandler $abort: print_usage_short to stderr, exit(-1)
+        die(f"ERROR: unknown command 'pct {cmd}'\nUSAGE: pct <COMMAND> [ARGS] [OPTIONS]")
     if os.geteuid() != 0:
         die("only root can run pct")
     try:
         if cmd == "exec":
             return cmd_exec(rest)
-        pos, opts = parse_args(rest)
+        pos, opts = parse_args(rest, SCHEMAS[cmd])
+        check_positional(cmd, pos)
         if cmd == "list":
             return cmd_list(pos, opts)
         vmid = need_vmid(pos, cmd)
@@ -140,36 +252,51 @@ def main(argv: list[str]) -> int:
             pve.load_config(vmid)
             if not pve.is_running(vmid):
                 die(f"container '{vmid}' not running!")
-            os.execvp("lxc-attach", ["lxc-attach", "-n", str(vmid), "--keep-env"])
+            keep = str(opts.get("keep-env", "1")) not in ("0", "false")
+            os.execvp("lxc-attach", ["lxc-attach", "-n", str(vmid), "--keep-env" if keep else "--clear-env"])
         if cmd == "status":
             return cmd_status(pos, opts)
         if cmd == "config":
             return cmd_config(pos, opts)
+        if cmd == "pending":
+            return cmd_pending(pos, opts)
         if cmd == "unlock":
             pve.unlock(vmid)
             return 0
         if cmd == "set":
-            pve.update_config(vmid, opts, USER)
+            for warning in pve.update_config(vmid, opts, USER):
+                sys.stderr.write(warning + "\n")
             return 0
         if cmd == "create":
             if len(pos) < 2:
-                die("400 not enough arguments\npct create <vmid> <ostemplate> [OPTIONS]")
+                usage_error(cmd, "not enough arguments")
             opts["ostemplate"] = pos[1]
             ttype, tid, func, args = pve.create_ct(vmid, opts, USER)
             return run_fg(ttype, tid, pve.TASK_FUNCS[func], *args)
         pve.load_config(vmid)
         if cmd == "start":
+            if pve.is_running(vmid):
+                die(f"CT {vmid} already running")
             return run_fg("vzstart", vmid, pve.do_start, vmid, bool_opt(opts, "skiplock"))
+        if cmd in ("stop", "shutdown", "reboot") and not pve.is_running(vmid):
+            die(f"CT {vmid} not running")  # vm_stop/vm_shutdown/vm_reboot check before forking the task
         if cmd == "stop":
             return run_fg("vzstop", vmid, pve.do_stop, vmid, bool_opt(opts, "skiplock"))
         if cmd == "shutdown":
-            return run_fg("vzshutdown", vmid, pve.do_shutdown, vmid, int(opts.get("timeout", 60)),
-                          bool_opt(opts, "forceStop"))
+            timeout = opts.get("timeout", "60")
+            if not re.fullmatch(r"\d+", str(timeout)):
+                die(f"400 Parameter verification failed.\ntimeout: type check ('integer') failed - got '{timeout}'")
+            return run_fg("vzshutdown", vmid, pve.do_shutdown, vmid, int(timeout), bool_opt(opts, "forceStop"))
         if cmd == "reboot":
-            return run_fg("vzreboot", vmid, pve.do_reboot, vmid, opts.get("timeout"))
+            timeout = opts.get("timeout")
+            if timeout is not None and not re.fullmatch(r"\d+", str(timeout)):
+                die(f"400 Parameter verification failed.\ntimeout: type check ('integer') failed - got '{timeout}'")
+            return run_fg("vzreboot", vmid, pve.do_reboot, vmid, timeout)
         if cmd == "destroy":
             return run_fg("vzdestroy", vmid, pve.do_destroy, vmid, bool_opt(opts, "purge"),
                           bool_opt(opts, "force"))
+    except OptionError as e:
+        usage_error(cmd, e.msg, e.warnings)
     except PVEError as e:
         if e.errors:
             die(f"{e.code} {e.msg}\n" + "\n".join(f"{k}: {v}" for k, v in sorted(e.errors.items())))

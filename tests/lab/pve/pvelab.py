@@ -264,6 +264,29 @@ def _dev_opt(v):
     return str(v)
 
 
+# pve-container src/PVE/LXC/Config.pm $features_desc: the keys of the `features` property string.
+FEATURE_KEYS = ("mount", "nesting", "keyctl", "fuse", "mknod", "force_rw_sys")
+BOOL_FEATURES = ("nesting", "keyctl", "fuse", "mknod", "force_rw_sys")
+
+
+def parse_features(value) -> dict:
+    """PVE::LXC::Config::parse_features: {} for an empty value, else the property string checked."""
+    if not value:
+        return {}
+    d = parse_prop_string(value)
+    for k, v in d.items():
+        if k not in FEATURE_KEYS:
+            raise ValueError(f"invalid format - property '{k}' is not defined in schema")
+        if k in BOOL_FEATURES:
+            d[k] = _bool_opt(v)
+    return d
+
+
+def _features_opt(v):
+    parse_features(v)
+    return str(v)
+
+
 def _net_opt(v):
     d = parse_net(v)
     if "hwaddr" not in d:  # PVE generates a MAC when none is given
@@ -275,11 +298,12 @@ def _net_opt(v):
 OPTIONS = {
     "arch": _str_opt, "cmode": _str_opt, "console": _bool_opt, "cores": _int_opt(1, 8192),
     "cpulimit": _str_opt, "cpuunits": _int_opt(0, 500000), "description": _str_opt,
-    "features": _str_opt, "hookscript": _str_opt, "hostname": _str_opt, "lock": _lock_opt,
+    "features": _features_opt, "hookscript": _str_opt, "hostname": _str_opt, "lock": _lock_opt,
     "memory": _int_opt(16), "nameserver": _str_opt, "onboot": _bool_opt, "ostype": _str_opt,
     "protection": _bool_opt, "rootfs": _str_opt, "searchdomain": _str_opt, "startup": _str_opt,
     "swap": _int_opt(0), "tags": _str_opt, "template": _bool_opt, "timezone": _str_opt,
     "tty": _int_opt(0, 6), "unprivileged": _bool_opt, "entrypoint": _str_opt, "env": _str_opt,
+    "debug": _bool_opt,
 }
 INDEXED = {"net": (_net_opt, 32), "mp": (_str_opt, 256), "dev": (_dev_opt, 256), "unused": (_str_opt, 256)}
 
@@ -313,23 +337,183 @@ def validate_options(params: dict, allowed_extra=()) -> dict:
     return out
 
 
-def check_modify_perm(user: str, keys, conf: dict | None = None) -> None:
-    """PVE::LXC::check_ct_modify_config_perm: options only root@pam may change (proxmox-lxc.md §1.1)."""
+# ---------------------------------------------------------------------------------------------
+# Users, API tokens and privileges (pve-access-control src/PVE/RPCEnvironment.pm)
+# ---------------------------------------------------------------------------------------------
+
+# The privileges the lab checks; root@pam has all of them (RPCEnvironment::permissions returns the
+# Administrator role's privileges for root@pam). Role "Administrator" = all of these, "NoAccess" = none.
+PRIVILEGES = ("VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory",
+              "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "Datastore.AllocateSpace", "Sys.Modify")
+# update_vm's handler-level check: any of these on /vms/{vmid} (pve-container API2/LXC/Config.pm)
+VM_CONFIG_PERM_LIST = ("VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network",
+                       "VM.Config.Options")
+# The lab's access configuration (its own JSON format, not PVE's user.cfg): tokens with their
+# privilege-separation flag, ACL entries, custom roles. Without the file: the one token root@pam!lab,
+# privsep 0 (full privileges), as `labctl up` sets it up.
+ACCESS_FILE = f"{LAB}/access.json"
+DEFAULT_ACCESS = {"tokens": {"root@pam!lab": {"privsep": 0}}, "acl": [], "roles": {}}
+
+
+def load_access(path: str = ACCESS_FILE) -> dict:
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        return json.loads(json.dumps(DEFAULT_ACCESS))
+    return {"tokens": cfg.get("tokens", {}), "acl": cfg.get("acl", []), "roles": cfg.get("roles", {})}
+
+
+def _role_privs(cfg: dict, role: str) -> set:
+    if role == "Administrator":
+        return set(PRIVILEGES)
+    return set(cfg.get("roles", {}).get(role, ()))
+
+
+def _acl_roles(cfg: dict, ugid: str, path: str) -> set:
+    """Roles of `ugid` on `path`: ACLs on the path itself, else the nearest propagating one above it
+    (PVE::AccessControl::roles; the most specific path wins)."""
+    parts = [p for p in path.split("/") if p]
+    prefixes = ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    roles: set = set()
+    for prefix in prefixes:
+        entries = [e for e in cfg.get("acl", []) if e.get("path") == prefix and ugid in e.get("ugids", ())]
+        if not entries:
+            continue
+        exact = prefix == (prefixes[-1] if parts else "/")
+        found = {r for e in entries if exact or e.get("propagate", 1) for r in e.get("roles", ())}
+        if found or exact:
+            roles = found
+    return roles
+
+
+def permissions(user: str, path: str, cfg: dict | None = None) -> set:
+    """PVE::RPCEnvironment::permissions: root@pam has every privilege; a token unknown to the config
+    has none; a token without privilege separation has its owner's privileges; a privilege-separated
+    token has the privileges of its own ACLs, intersected with its owner's unless the owner is root@pam
+    (compile_acl_path)."""
+    cfg = load_access() if cfg is None else cfg
+    if user == "root@pam":
+        return set(PRIVILEGES)
+    if "!" in user:
+        owner = user.split("!", 1)[0]
+        info = cfg.get("tokens", {}).get(user)
+        if info is None:
+            return set()
+        owner_privs = permissions(owner, path, cfg)
+        if not int(info.get("privsep", 1)):
+            return owner_privs
+        privs = set()
+        for role in _acl_roles(cfg, user, path):
+            privs |= _role_privs(cfg, role)
+        if owner != "root@pam":
+            privs &= owner_privs
+        return privs
+    privs = set()
+    for role in _acl_roles(cfg, user, path):
+        privs |= _role_privs(cfg, role)
+    return privs
+
+
+def check_perm(user: str, path: str, privs, cfg: dict | None = None, any_: bool = False) -> None:
+    """RPCEnvironment::check / check_any: 403 `Permission check failed (<path>, <priv>)`."""
+    have = permissions(user, path, cfg)
+    if any_:
+        if not have & set(privs):
+            raise perm_error(f"{path}, " + "|".join(privs))
+        return
+    for priv in privs:
+        if priv not in have:
+            raise perm_error(f"{path}, {priv}")
+
+
+def check_vm_perm(user: str, vmid, privs, cfg: dict | None = None, any_: bool = False) -> None:
+    check_perm(user, f"/vms/{int(vmid)}", privs, cfg, any_)
+
+
+def _mp_type(value) -> str:
+    """The mount point type from its volume (PVE::LXC::Config::classify_mountpoint): an absolute path is
+    a bind mount, a /dev/ path a device, anything else a volume."""
+    volume = str(value).split(",")[0]
+    if volume.startswith("volume="):
+        volume = volume[len("volume="):]
+    if volume.startswith("/dev/"):
+        return "device"
+    if volume.startswith("/"):
+        return "bind"
+    return "volume"
+
+
+def features_changed(oldconf: dict | None, newvalue, delete: bool) -> tuple[bool, bool]:
+    """(nesting_changed, other_changed) as PVE::LXC::check_ct_modify_config_perm computes them."""
+    nesting_changed = other_changed = False
+    if not delete:
+        features = parse_features(newvalue)
+        if oldconf is not None and oldconf.get("features"):
+            old = parse_features(oldconf["features"])
+            for feature in list(old) + list(features):
+                if old.get(feature, "") != features.get(feature, ""):
+                    if feature == "nesting":
+                        nesting_changed = True
+                        continue
+                    other_changed = True
+                    break
+        elif len(features) == 1 and "nesting" in features:
+            nesting_changed = True
+        elif features:
+            other_changed = True
+    else:
+        features = parse_features((oldconf or {}).get("features"))
+        if len(features) == 1 and "nesting" in features:
+            nesting_changed = True
+        elif features:
+            other_changed = True
+    return nesting_changed, other_changed
+
+
+def check_modify_perm(user: str, vmid, oldconf: dict | None, newconf: dict, delete=(), unprivileged=None,
+                      cfg: dict | None = None) -> None:
+    """PVE::LXC::check_ct_modify_config_perm (pve-container src/PVE/LXC.pm), option by option."""
     if user == "root@pam":
         return
-    for key in keys:
-        if re.fullmatch(r"dev\d+", key):
+    cfg = load_access() if cfg is None else cfg
+    unpriv = str(unprivileged) in ("1", "true")
+
+    def check(opt: str, is_delete: bool) -> None:
+        if opt in ("cores", "cpuunits", "cpulimit"):
+            check_vm_perm(user, vmid, ["VM.Config.CPU"], cfg)
+        elif opt == "rootfs" or re.fullmatch(r"mp\d+", opt):
+            check_vm_perm(user, vmid, ["VM.Config.Disk"], cfg)
+            if is_delete:
+                return
+            kind = _mp_type(newconf[opt])
+            if kind != "volume":
+                raise perm_error(f"mount point type {kind} is only allowed for root@pam")
+        elif opt in ("memory", "swap"):
+            check_vm_perm(user, vmid, ["VM.Config.Memory"], cfg)
+        elif re.fullmatch(r"net\d+", opt):
+            check_vm_perm(user, vmid, ["VM.Config.Network"], cfg)
+        elif re.fullmatch(r"dev\d+", opt):
             raise perm_error("configuring device passthrough is only allowed for root@pam")
-        if key == "hookscript":
+        elif opt in ("nameserver", "searchdomain", "hostname"):
+            check_vm_perm(user, vmid, ["VM.Config.Network"], cfg)
+        elif opt == "features":
+            if not unpriv:
+                raise perm_error("changing feature flags for privileged container is only allowed for root@pam")
+            nesting_changed, other_changed = features_changed(oldconf, newconf.get(opt), is_delete)
+            if other_changed:
+                raise perm_error("changing feature flags (except nesting) is only allowed for root@pam")
+            if nesting_changed:
+                check_vm_perm(user, vmid, ["VM.Allocate"], cfg)
+        elif opt == "hookscript":
             raise perm_error("changing the hookscript is only allowed for root@pam")
-        if key == "lock":
-            raise perm_error("changing the lock is only allowed for root@pam")
-        if re.fullmatch(r"mp\d+", key):
-            mp = (conf or {}).get(key)
-            if mp is not None and str(mp).split(",")[0].startswith("/"):
-                raise perm_error("Only root can pass arbitrary filesystem paths.")
-        if key == "features" and conf is not None and conf.get("unprivileged") != "1":
-            raise perm_error("changing feature flags for privileged container is only allowed for root@pam")
+        else:  # tags included (assert_tag_permissions starts with VM.Config.Options)
+            check_vm_perm(user, vmid, ["VM.Config.Options"], cfg)
+
+    for opt in newconf:
+        check(opt, False)
+    for opt in delete:
+        check(opt, True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,6 +672,13 @@ def lxc_info(vmid: int) -> tuple[str, int | None]:
         info[k.strip()] = v.strip()
     pid = int(info["PID"]) if info.get("PID", "").isdigit() else None
     return ("running" if info.get("State") == "RUNNING" else "stopped"), pid
+
+
+def lxc_raw_state(vmid: int) -> str:
+    """LXC's own state name (RUNNING, STOPPING, STOPPED, ...); STOPPED when lxc-info knows no such CT."""
+    r = subprocess.run(["lxc-info", "-n", str(vmid), "-s"], capture_output=True, text=True)
+    m = re.search(r"State:\s*(\S+)", r.stdout or "")
+    return m.group(1) if r.returncode == 0 and m else "STOPPED"
 
 
 def is_running(vmid: int) -> bool:
@@ -843,16 +1034,36 @@ def _lxc_stop(vmid: int, args: list[str]) -> int:
     return subprocess.run(["lxc-stop", "-n", str(vmid)] + args, capture_output=True).returncode
 
 
+def stop_outcome(vmid: int, cmd: list[str], rc: int, still_running: bool) -> tuple[list[str], str | None]:
+    """PVE::LXC::vm_stop after `lxc-stop`: a failed command is a warning in the task log (run_command's
+    `command '...' failed: exit code N`); a container still running afterwards fails the task with
+    `container did not stop`. Returns (log lines, error or None)."""
+    log = []
+    if rc != 0:
+        log.append(f"command '{' '.join(cmd)}' failed: exit code {rc}")
+    return log, ("container did not stop" if still_running else None)
+
+
 def do_stop(task: Task, vmid: int, skiplock: bool) -> None:
     vmid = int(vmid)
     with config_lock(vmid):
         conf = load_config(vmid)
-        if not skiplock:
+        # vm_stop's worker: a `mounted` lock does not block a stop
+        if not skiplock and conf.get("lock") != "mounted":
             check_lock(conf)
     if not is_running(vmid):
         raise PVEError(f"CT {vmid} not running")
-    _lxc_stop(vmid, ["--kill"])
+    cmd = ["lxc-stop", "-n", str(vmid), "--kill"]
+    rc = _lxc_stop(vmid, ["--kill"])
+    # PVE waits for the monitor to close the command socket; the lab waits up to 30 s for STOPPED.
     subprocess.run(["lxc-wait", "-n", str(vmid), "-s", "STOPPED", "-t", "30"], capture_output=True)
+    # A CT whose init is gone but whose namespace cannot end (a task in D state) is STOPPING, not
+    # STOPPED: PVE's vm_stop would still see the monitor's socket open. Anything but STOPPED is a failure.
+    log, error = stop_outcome(vmid, cmd, rc, lxc_raw_state(vmid) != "STOPPED")
+    for line in log:
+        task.say(line)
+    if error:
+        raise PVEError(error)
 
 
 def do_shutdown(task: Task, vmid: int, timeout: int, force: bool) -> None:
@@ -920,10 +1131,16 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     tmpl_volid = params.pop("ostemplate", None)
     if not tmpl_volid:
         raise param_error({"ostemplate": "property is missing and it is not optional"})
-    extra = ("password", "ssh-public-keys", "start", "storage", "force", "restore", "unique", "pool",
-             "ignore-unpack-errors", "bwlimit", "node", "vmid")
+    # create_vm's parameters besides the config options (pve-container API2/LXC.pm); the ones the lab does
+    # not simulate are refused rather than ignored.
+    extra = ("password", "ssh-public-keys", "start", "storage", "node", "vmid")
+    not_simulated = ("force", "restore", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed")
+    refused = {k: "not simulated by the lab" for k in params if k in not_simulated}
+    if refused:
+        raise param_error(refused)
     opts = validate_options(params, allowed_extra=extra)
-    check_modify_perm(user, opts.keys(), opts)
+    check_vm_perm(user, vmid, ["VM.Allocate"])  # create_vm: VM.Allocate on /vms/{vmid}
+    check_modify_perm(user, vmid, None, opts, [], opts.get("unprivileged", "0"))
     tmpl = template_path(tmpl_volid)
     if not os.path.isfile(tmpl):
         raise PVEError(f"volume '{tmpl_volid}' does not exist")
@@ -945,46 +1162,105 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     return "vzcreate", vmid, "create", [vmid, keep, tmpl]
 
 
-def update_config(vmid, params: dict, user: str) -> None:
-    """PUT /config (synchronous): digest check, delete list, root@pam-only options, hotplug of memory."""
-    vmid = int(vmid)
+# update_vm's own parameters besides the config options (pve-container API2/LXC/Config.pm)
+UPDATE_VM_EXTRA = ("node", "vmid", "delete", "revert", "digest")
+# PVE::LXC::Config::update_pct_config: options that cannot be deleted / changed
+REQUIRED_OPTIONS = ("memory", "rootfs", "ostype")
+READ_ONLY_OPTIONS = ("unprivileged",)
+
+
+def split_list(value) -> list[str]:
+    """PVE::Tools::split_list: separators are commas, semicolons and whitespace."""
+    return [k for k in re.split(r"[,;\s]+", str(value or "")) if k]
+
+
+def check_update_params(params: dict) -> tuple[dict, list[str], list[str], str | None]:
+    """update_vm's parameter checks that need no config: the JSON schema (additionalProperties 0, so
+    `skiplock` and unknown keys are 400 errors), `no options specified`, and the delete/revert lists.
+    Returns (options, delete, revert, digest)."""
     params = dict(params)
-    digest = params.pop("digest", None)
-    delete = params.pop("delete", "") or ""
-    revert = params.pop("revert", None)
-    skiplock = params.pop("skiplock", None) in ("1", 1, True)
+    unknown = {k: "property is not defined in schema and the schema does not allow additional properties"
+               for k in params if k not in UPDATE_VM_EXTRA and option_checker(k) is None}
+    opts = {k: v for k, v in params.items() if k not in UPDATE_VM_EXTRA and k not in unknown}
+    try:
+        opts = validate_options(opts)
+    except PVEError as e:
+        unknown.update(e.errors or {})
+    if unknown:
+        raise param_error(unknown)
     params.pop("node", None)
     params.pop("vmid", None)
-    if skiplock and user != "root@pam":
-        raise PVEError("Only root may use this option.", 500)
-    del_keys = [k for k in re.split(r"[,;\s]+", delete) if k]
-    opts = validate_options(params)
-    errors = {k: "option is not defined in schema" for k in del_keys if option_checker(k) is None}
-    both = set(del_keys) & set(opts)
-    if both:
-        errors.update({k: "can't set and delete the same option" for k in both})
-    if errors:
-        raise param_error(errors)
-    if revert:
-        raise param_error({"revert": "pending changes are not simulated by the lab"})
+    digest = params.pop("digest", None)
+    if not params:
+        raise PVEError("no options specified")
+    delete = split_list(params.pop("delete", ""))
+    revert = split_list(params.pop("revert", ""))
+    for opt in revert:
+        if option_checker(opt) is None:
+            raise param_error({"revert": f"unknown option '{opt}'"})
+        if opt in opts:
+            raise param_error({"revert": f"you can't use '-{opt}' and '-revert {opt}' at the same time"})
+    for opt in delete:
+        if option_checker(opt) is None:
+            raise param_error({"delete": f"unknown option '{opt}'"})
+        if opt in opts:
+            raise param_error({"delete": f"you can't use '-{opt}' and -delete {opt}' at the same time"})
+        if opt in revert:
+            raise param_error({"delete": f"you can't use '-delete {opt}' and '-revert {opt}' at the same time"})
+    return opts, delete, revert, digest
+
+
+def plan_update(conf: dict, opts: dict, delete: list[str]) -> tuple[list[str], list[str]]:
+    """PVE::LXC::Config::update_pct_config's checks, in its order: each deleted option (not set: a
+    warning and skipped; memory/rootfs/ostype: `unable to delete required option`; unprivileged:
+    `unable to delete read-only option`), then each set option
+    (unprivileged: `unable to modify read-only option`). Returns (keys to delete, warnings)."""
+    warnings, to_delete = [], []
+    for opt in delete:
+        if conf.get(opt) is None:
+            warnings.append(f"cannot delete '{opt}' - not set in current configuration!")
+            continue
+        if opt in REQUIRED_OPTIONS:
+            raise PVEError(f"unable to delete required option '{opt}'")
+        if opt in READ_ONLY_OPTIONS:
+            raise PVEError(f"unable to delete read-only option: '{opt}'")
+        to_delete.append(opt)
+    for opt in sorted(opts):
+        if opt in READ_ONLY_OPTIONS:
+            raise PVEError(f"unable to modify read-only option: '{opt}'")
+    return to_delete, warnings
+
+
+def update_config(vmid, params: dict, user: str, cfg: dict | None = None) -> list[str]:
+    """PUT /config (synchronous), in update_vm's order: schema, lock, digest, permissions, delete list,
+    update_pct_config. Returns the warnings PVE prints (`cannot delete ... not set`)."""
+    vmid = int(vmid)
+    opts, delete, revert, digest = check_update_params(params)
+    check_vm_perm(user, vmid, VM_CONFIG_PERM_LIST, cfg, any_=True)  # the handler's permission check
     with config_lock(vmid):
         conf = load_config(vmid)
+        check_lock(conf)
         # PVE::Tools::assert_if_modified
         if digest and digest != conf["digest"]:
             raise PVEError("detected modified configuration - file changed by other user? Try again.")
-        if not skiplock and "lock" not in opts and "lock" not in del_keys:
-            check_lock(conf)
-        check_modify_perm(user, list(opts) + del_keys, {**conf, **opts})
+        unpriv = conf.get("unprivileged")
+        check_modify_perm(user, vmid, conf, {}, delete, unpriv, cfg)
+        check_modify_perm(user, vmid, conf, {}, revert, unpriv, cfg)
+        check_modify_perm(user, vmid, conf, opts, [], unpriv, cfg)
+        if revert:
+            raise param_error({"revert": "pending changes are not simulated by the lab"})
+        to_delete, warnings = plan_update(conf, opts, delete)
         for key in (k for k in opts if re.fullmatch(r"dev\d+", k)):
             device_mode_and_rdev(parse_dev(opts[key])["path"])
-        for key in del_keys:
+        for key in to_delete:
             conf.pop(key, None)
         conf.update(opts)
         conf.pop("digest", None)
         running = is_running(vmid)
         write_config(vmid, conf)
-        if running and ({"memory", "swap"} & (set(opts) | set(del_keys))):
+        if running and ({"memory", "swap"} & (set(opts) | set(to_delete))):
             hotplug_memory(vmid, conf)
+    return warnings
 
 
 def hotplug_memory(vmid: int, conf: dict) -> None:
@@ -1019,6 +1295,37 @@ def get_config(vmid) -> dict:
     if conf["lxc"]:
         res["lxc"] = [[k, v] for k, v in conf["lxc"]]
     return res
+
+
+def config_with_pending_array(conf: dict, pending: dict | None = None, pending_delete: dict | None = None) -> list:
+    """PVE::GuestHelpers::config_with_pending_array (pve-guest-common): one entry per current option
+    {key, value} (digest included, raw lxc.* keys left out), plus `pending` when a new value waits and
+    `delete` (1, or 2 when forced) when a deletion waits; then pending-only and delete-only entries."""
+    pending = dict(pending or {})
+    pending_delete = dict(pending_delete or {})
+    res = []
+    for opt, value in conf.items():
+        if opt in ("lxc", "_rest", "pending", "snapshots") or isinstance(value, (list, dict)):
+            continue
+        item = {"key": opt, "value": value}
+        if pending.get(opt) is not None:
+            item["pending"] = pending.pop(opt)
+        if opt in pending_delete:
+            item["delete"] = 2 if pending_delete.pop(opt) else 1
+        res.append(item)
+    for opt, value in pending.items():
+        if opt != "delete":
+            res.append({"key": opt, "pending": value})
+    for opt, force in pending_delete.items():
+        res.append({"key": opt, "delete": 2 if force else 1})
+    return res
+
+
+def get_pending(vmid) -> list:
+    """GET /pending. The lab writes every change at once (no [pending] section), so no entry carries
+    `pending` or `delete`; values are typed as GET /config returns them (PVE's parser runs check_type on
+    each value, so integers and booleans are JSON numbers), digest included."""
+    return config_with_pending_array(get_config(int(vmid)))
 
 
 def unlock(vmid) -> None:

@@ -6,6 +6,7 @@ exits with code 2.  The resulting dict plays the part of `dataclasses.asdict(ser
 
 import argparse
 
+from sglang.srt.server_args_choices import choices_for
 from sglang.version import parse
 
 KV_CACHE_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
@@ -21,16 +22,19 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     v = parse(version)
     p = argparse.ArgumentParser(prog="python3 -m sglang.launch_server")
     a = p.add_argument
+
+    def ch(flag):  # the release's own choice list (server_args_choices.py): other values exit 2 as in SGLang
+        return choices_for(flag, v)
     # model and tokenizer
     a("--model-path", "--model", dest="model_path", type=str, required=True)
     a("--tokenizer-path", type=str, default=None)
     a("--tokenizer-mode", type=str, default="auto", choices=["auto", "slow"])
     a("--skip-tokenizer-init", action="store_true")
-    a("--load-format", type=str, default="auto")
+    a("--load-format", type=str, default="auto", choices=ch("--load-format"))
     a("--trust-remote-code", action="store_true")
     a("--dtype", type=str, default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
     a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPES)
-    a("--quantization", type=str, default=None)
+    a("--quantization", type=str, default=None, choices=ch("--quantization"))
     a("--context-length", type=int, default=None)
     a("--device", type=str, default=None)
     a("--served-model-name", type=str, default=None)
@@ -49,7 +53,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--max-total-tokens", type=int, default=None)
     a("--chunked-prefill-size", type=int, default=None)
     a("--max-prefill-tokens", type=int, default=16384)
-    a("--schedule-policy", type=str, default="fcfs")
+    a("--schedule-policy", type=str, default="fcfs", choices=ch("--schedule-policy"))
     a("--schedule-conservativeness", type=float, default=1.0)
     a("--page-size", type=int, default=1)
     # parallelism
@@ -71,7 +75,9 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--enable-metrics", action="store_true")
     a("--show-time-cost", action="store_true")
     # kernels and optimisations (accepted; no effect in the stand-in)
-    a("--attention-backend", type=str, default=None)
+    a("--attention-backend", type=str, default=None, choices=ch("--attention-backend"))
+    a("--prefill-attention-backend", type=str, default=None, choices=ch("--prefill-attention-backend"))
+    a("--decode-attention-backend", type=str, default=None, choices=ch("--decode-attention-backend"))
     a("--sampling-backend", type=str, default=None)
     a("--disable-radix-cache", action="store_true")
     a("--disable-cuda-graph", action="store_true")
@@ -93,7 +99,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     io_backends = ["direct", "kernel", "kernel_ascend"]
     a("--hicache-io-backend", type=str, choices=io_backends, default="kernel")
     a("--hicache-mem-layout", type=str, choices=MEM_LAYOUTS, default="page_first" if v >= (0, 5, 15) else "layer_first")
-    a("--hicache-storage-backend", type=str, default=None)
+    a("--hicache-storage-backend", type=str, default=None, choices=ch("--hicache-storage-backend"))
     a("--hicache-storage-prefetch-policy", type=str, choices=["best_effort", "wait_complete", "timeout"],
       default="timeout" if v >= (0, 5, 12) else "best_effort")
     a("--hicache-storage-backend-extra-config", type=str, default=None)
