@@ -798,3 +798,10 @@ def classify_api_error(
         return ApiError("not_found", f"Not found: {text.strip()}")
 
     return ApiError("api_error", f"PVE API error: {text.strip()}")
+
+
+def split_tags(value):
+    """PVE's tags property: a list of tags separated by ';', ',' or spaces (pve-guest-common 'pve-tag-list')."""
+    if not value:
+        return []
+    return [t for t in re.split(r"[;, ]+", str(value)) if t]

@@ -415,6 +415,34 @@ def _primary_address(addresses: Sequence[str]) -> str:
     return ""
 
 
+def _check_model(model_path: str, ct: Mapping[str, Any]) -> None:
+    src = ct.get("model_src") or ""
+    if src:
+        if ct.get("model_src_present") is False:
+            raise DeployError("sglang_server_model_src=%s has no config.json on the controller: it is not a model directory "
+                              "(Hugging Face layout). Fix sglang_server_model_src, or empty it when the model is already "
+                              "in the container at sglang_server_model_path." % src)
+    elif ct.get("model_present") is False:
+        raise DeployError("%s/config.json does not exist in the container: set sglang_server_model_path to the model's "
+                          "directory there (bind mount, shared storage), or sglang_server_model_src to copy it from the "
+                          "controller." % model_path)
+
+
+def _check_port(port: int, ct: Mapping[str, Any]) -> None:
+    """Refuse a port another program listens on (`ss -Hltnp` lines); the running SGLang's own listener is fine."""
+    ours = {int(p) for p in ct.get("unit_pids") or []}
+    for line in ct.get("listeners") or []:
+        fields = str(line).split()
+        if len(fields) < 4 or not fields[3].endswith(":%d" % port):
+            continue
+        users = re.findall(r'\("([^"]*)",pid=(\d+)', str(line))
+        others = [(name, int(pid)) for name, pid in users if int(pid) not in ours]
+        if others or not users:
+            who = ", ".join("%s (pid %d)" % o for o in others) or "a process this check cannot see"
+            raise DeployError("port %d is already in use in the container by %s: set sglang_server_port to a free port"
+                              % (port, who))
+
+
 def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[str, Any], paths: Mapping[str, str]) -> Dict[str, Any]:
     """The plan for the value actually launched, from the container's own view, and everything that follows."""
     layout = req["layout"]
@@ -430,6 +458,8 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
         raise DeployError(
             "%s = %d rank(s) in this container, but it sees %d GPU device node(s) (%s). Match pve_gpu_container_gpus "
             "to the layout." % (_layout_text(layout), ranks, len(gpu_nodes), ", ".join(gpu_nodes) or "none"))
+    _check_model(service["model_path"], ct)
+    _check_port(service["port"], ct)
     declared_limit = int(node_state["memory_limit_bytes"])
     cgroup_limit = ct.get("cgroup_memory_limit_bytes")
     limit = min(int(cgroup_limit), declared_limit) if cgroup_limit else declared_limit

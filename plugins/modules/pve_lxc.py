@@ -46,6 +46,15 @@ options:
     type: str
     choices: [present, started, stopped, absent, query]
     default: present
+  owner_tag:
+    description:
+      - A PVE tag that marks the containers this task manages. It is added at creation and kept on every update; an
+        existing container without it is refused (nothing is changed) unless O(adopt=true). Also checked by V(query).
+    type: str
+  adopt:
+    description: Take over an existing container that lacks O(owner_tag) (and add the tag to it).
+    type: bool
+    default: false
   ostemplate:
     description:
       - The template to create the container from, e.g. C(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst).
@@ -257,6 +266,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+tags:
+  description: (state=query) The container's PVE tags (empty when it does not exist).
+  type: list
+  elements: str
+  returned: state is query
+template_present:
+  description: (state=query) Whether O(ostemplate) is in its storage on the node; only when O(ostemplate) is given.
+  type: bool
+  returned: state is query and ostemplate is given
 exists:
   description: (state=query) Whether the container is in the node's listing.
   type: bool
@@ -362,6 +380,8 @@ def argument_spec():
         shutdown_timeout=dict(type="int", default=60),
         force_stop=dict(type="bool", default=True),
         purge=dict(type="bool", default=False),
+        owner_tag=dict(type="str"),
+        adopt=dict(type="bool", default=False),
         api_host=dict(type="str", fallback=(env_fallback, ["PROXMOX_HOST"])),
         api_port=dict(type="int", fallback=(env_fallback, ["PROXMOX_PORT"])),
         api_user=dict(type="str", fallback=(env_fallback, ["PROXMOX_USER"])),
@@ -532,15 +552,53 @@ class PveLxc:
 
     # ---- states ---------------------------------------------------------------------------
     def query(self):
-        """state=query: read only. The node's status (refused clearly when the node is unknown or not readable) and
-        the container's listing entry (status, mem) when it exists."""
+        """state=query: read only. The node's status (refused clearly when the node is unknown or not readable), the
+        container's listing entry (status, mem) and config when it exists, and whether O(ostemplate) is in its storage."""
         self.call(f"reading the status of node {self.node} (needs Sys.Audit on /nodes/{self.node})",
                   self.api.nodes(self.node).status.get)
         listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
         entry = next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
+        config = self.read_config() if entry is not None else {}
         self.result.update(exists=entry is not None, status=(entry or {}).get("status", "absent"),
-                           mem_bytes=int((entry or {}).get("mem") or 0), listing_entry=entry)
+                           mem_bytes=int((entry or {}).get("mem") or 0), config=config,
+                           tags=pc.split_tags(config.get("tags")))
+        template = self.params.get("ostemplate")
+        if template:
+            storage, _, _ = template.partition(":")
+            content = self.call(
+                f"listing the templates of storage {storage} on node {self.node}",
+                self.api.nodes(self.node).storage(storage).content.get, content="vztmpl") or []
+            self.result["template_present"] = any(item.get("volid") == template for item in content)
+        if entry is not None:
+            self.check_owner(self.result["tags"])
+        elif template and not self.result["template_present"]:
+            self.fail(f"CT {self.vmid} does not exist on node {self.node} and its template {template} is not in storage "
+                      f"{template.partition(':')[0]}: download it on the node first (pveam update; pveam download "
+                      f"{template.partition(':')[0]} {template.rpartition('/')[2]}), or fix ostemplate.",
+                      error_kind="template_missing")
         return self.result
+
+    def check_owner(self, tags):
+        """Refuse an existing container that does not carry O(owner_tag), unless O(adopt)."""
+        owner = self.params.get("owner_tag")
+        if owner and owner not in tags and not self.params.get("adopt"):
+            self.fail(
+                f"CT {self.vmid} exists on node {self.node} but does not carry the PVE tag {owner!r} that marks the "
+                f"containers this collection manages (its tags: {';'.join(tags) or 'none'}): changing it could break "
+                "another workload. Check the VMID (proxmox_vmid); to take this container over on purpose, set "
+                "pve_gpu_container_adopt=true for it (adopt=true).",
+                error_kind="not_owned")
+
+    def with_owner_tag(self, desired, exists):
+        owner = self.params.get("owner_tag")
+        if not owner:
+            return desired
+        tags = pc.split_tags(self.read_config().get("tags")) if exists else []
+        if exists:
+            self.check_owner(tags)
+        desired = dict(desired)
+        desired["tags"] = ";".join(sorted(set(tags) | {owner}))
+        return desired
 
     def run(self):
         if self.params["state"] == "query":
@@ -548,6 +606,8 @@ class PveLxc:
         desired, delete, gpu_paths, dev_options = self.desired()
         state = self.params["state"]
         exists = self.exists()
+        if state != "absent":
+            desired = self.with_owner_tag(desired, exists)
 
         if state == "absent":
             return self.ensure_absent(exists)

@@ -1,26 +1,60 @@
 # -*- coding: utf-8 -*-
-"""Verify the main job on the lab from the node (this machine): CT 129, SGLang, the plan, the bystander."""
+"""Verify the main job on the lab from the node (this machine): CT 129, SGLang, the plan, the bystander.
+
+Every check reads the world itself (the CT config, the process table, the server's own /server_info with the
+key the lab generated, the scheduler processes' memory), not the report the role wrote.
+"""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import urllib.request
 
 import testinfra
 
 NODE = testinfra.get_host("local://")
 VMID = 129
 ROOT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.getcwd())
-REPORT = os.path.join(os.environ.get("INFEROPS_REPORT_DIR", os.path.join(ROOT, "reports")), "ct129", "deploy.json")
+LAB = "/var/lib/inferops-lab"
+ADDR = "10.77.0.129"
+GB = 10**9
 
 
 def pct(*cmd: str) -> str:
     return subprocess.run(["/usr/sbin/pct", "exec", str(VMID), "--", *cmd], check=True, capture_output=True, text=True).stdout
 
 
-def report() -> dict:
-    with open(REPORT) as f:
-        return json.load(f)
+def api_key() -> str:
+    with open(f"{LAB}/secrets/sglang-api-key") as f:
+        return f.read().strip()
+
+
+def server_info() -> dict:
+    req = urllib.request.Request(f"http://{ADDR}:30000/server_info", headers={"Authorization": "Bearer " + api_key()})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)
+
+
+def main_pid() -> int:
+    return int(pct("systemctl", "show", "-p", "MainPID", "--value", "sglang.service").strip())
+
+
+def unit_processes() -> list:
+    """(pid, user, RssShmem+RssAnon bytes, cmdline) of every process of the unit, read in the container's /proc."""
+    script = (
+        "import json,os\n"
+        "paths=['/sys/fs/cgroup/system.slice/sglang.service/cgroup.procs',\n"
+        "       '/sys/fs/cgroup/systemd/system.slice/sglang.service/cgroup.procs']\n"
+        "pids=[int(p) for p in open([x for x in paths if os.path.exists(x)][0]).read().split()]\n"
+        "out=[]\n"
+        "for p in pids:\n"
+        "  st=dict(l.split(':',1) for l in open(f'/proc/{p}/status'))\n"
+        "  kb=lambda k: int(st.get(k,'0 kB').split()[0])*1024\n"
+        "  out.append([p, int(st['Uid'].split()[0]), kb('RssShmem')+kb('RssAnon'), open(f'/proc/{p}/cmdline').read()])\n"
+        "print(json.dumps(out))\n"
+    )
+    return json.loads(pct("python3", "-c", script))
 
 
 def test_ct_running_with_passthrough_and_limit():
@@ -32,32 +66,60 @@ def test_ct_running_with_passthrough_and_limit():
     assert "status: running" in NODE.check_output(f"pct status {VMID}")
 
 
-def test_unit_active_and_health():
+def test_unit_active_and_health_on_the_containers_address_only():
     assert pct("systemctl", "is-active", "sglang.service").strip() == "active"
     unit = pct("cat", "/etc/systemd/system/sglang.service")
-    assert "KillMode=control-group" in unit and "ExecStartPre=" in unit
-    assert NODE.check_output("curl -s -o /dev/null -w '%{http_code}' http://10.77.0.129:30000/health") == "200"
+    assert "KillMode=control-group" in unit and "User=sglang" in unit
+    assert NODE.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{ADDR}:30000/health") == "200"
+    listening = pct("ss", "-Hltn", "sport", "= :30000")
+    assert f"{ADDR}:30000" in listening and "0.0.0.0:30000" not in listening and "*:30000" not in listening
 
 
-def test_running_hicache_size_equals_plan():
-    data = report()
+def test_api_needs_the_key():
+    code = NODE.check_output(f"curl -s -o /dev/null -w '%{{http_code}}' http://{ADDR}:30000/v1/models")
+    assert code == "401"
+    assert server_info()["tp_size"] == 2
+
+
+def test_running_hicache_size_is_the_plans_and_in_the_argv_once():
+    info = server_info()
     launch = json.loads(pct("cat", "/etc/sglang/launch.json"))
-    assert data["running_matches_plan"] is True
-    assert data["running"]["hicache_size"] == data["plan"]["per_rank_gb"] == launch["hicache_size"] == 1
-    assert launch["argv"][launch["argv"].index("--hicache-size") + 1] == "1"
+    cmdline = pct("cat", f"/proc/{main_pid()}/cmdline").split("\0")
+    assert info["hicache_size"] == launch["hicache_size"] == launch["plan"]["per_rank_gb"] == 1
+    assert cmdline.count("--hicache-size") == 1 and cmdline[cmdline.index("--hicache-size") + 1] == "1"
+    assert info["enable_hierarchical_cache"] is True and info["host"] == ADDR
 
 
-def test_pinned_memory_within_plan():
-    mem = report()["memory"]
-    assert mem["pools_pinned"] and mem["within_plan"]
-    assert mem["ranks_seen"] == 2
+def test_server_runs_as_its_own_user_and_the_key_is_in_no_command_line_unit_or_plan():
+    key = api_key()
+    uid = int(pct("id", "-u", "sglang").strip())
+    procs = unit_processes()
+    assert len(procs) >= 3 and all(p[1] == uid != 0 for p in procs)
+    # Every process in the container, as any user sees it: /proc/PID/cmdline is world-readable.
+    everything = pct("sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; cat /etc/systemd/system/sglang.service "
+                                 "/etc/sglang/launch.json /etc/sglang/sglang.env")
+    assert key not in everything
+    stat = pct("stat", "-c", "%a %U %G", "/etc/sglang/api-key").split()
+    assert stat == ["640", "root", "sglang"]
+    assert "Permission denied" in subprocess.run(
+        ["/usr/sbin/pct", "exec", str(VMID), "--", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+         "cat", "/etc/sglang/api-key"], capture_output=True, text=True).stderr
+
+
+def test_pinned_memory_is_the_plans():
+    launch = json.loads(pct("cat", "/etc/sglang/launch.json"))
+    planned = launch["plan"]["pinned_per_rank_bytes"]
+    ranks = [p for p in unit_processes() if p[3].startswith("sglang::scheduler")]
+    assert len(ranks) == 2
+    for _pid, _uid, held, _cmd in ranks:
+        assert 0.9 * planned <= held <= planned + 0.5 * GB
 
 
 def test_baseline_recorded():
     base = json.loads(NODE.file(f"/var/lib/inferops/baseline/{VMID}.json").content_string)
     assert base["vmid"] == VMID and base["service"] == "sglang.service"
     assert [g["index"] for g in base["gpus"]] == [0, 1]
-    assert base["container_memory_limit_bytes"] == 14336 * 1024 * 1024
+    assert base["container_memory_mib"] == 14336
 
 
 def test_bystander_untouched():

@@ -304,3 +304,30 @@ def test_hicache_module_is_the_only_arithmetic():
     data = dict(r["plan_base"], mem_total_bytes=NODE["mem_total_bytes"], mem_available_bytes=NODE["mem_available_bytes"],
                 mem_limit_bytes=CONTAINER["memory_mib"] * MIB, gpu_count=8, gpu_memory_mib=97887)
     assert hicache.size_gb(data) == gate["per_rank_gb"]
+
+
+# ---------------------------------------------------------------- model and port, before any change
+
+LISTEN = ['LISTEN 0 128 0.0.0.0:22 0.0.0.0:* users:(("sshd",pid=87,fd=3))',
+          'LISTEN 0 5 10.77.0.129:30000 0.0.0.0:* users:(("python3",pid=790,fd=3))']
+
+
+def launch_with(**facts):
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    return d.launch(r, node_state(gate), ct_facts(**facts), PATHS)
+
+
+def test_a_port_held_by_another_program_is_refused_and_our_own_server_is_not():
+    with pytest.raises(d.DeployError, match=r"port 30000 is already in use in the container by python3 \(pid 790\)"):
+        launch_with(listeners=LISTEN)
+    assert launch_with(listeners=LISTEN, unit_pids=[790, 792])["hicache_size_gb"] > 0
+    assert launch_with(listeners=LISTEN[:1])["hicache_size_gb"] > 0
+
+
+def test_a_missing_model_is_refused():
+    with pytest.raises(d.DeployError, match="does not exist in the container"):
+        launch_with(model_present=False)
+    with pytest.raises(d.DeployError, match="no config.json on the controller"):
+        launch_with(model_src="/srv/models/x", model_src_present=False)
+    assert launch_with(model_present=False, model_src="/srv/models/x", model_src_present=True)["ranks"] == 8

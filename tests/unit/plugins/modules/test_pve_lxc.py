@@ -57,6 +57,7 @@ class FakePVE(FakeResource):
         self.calls = []
         self.task_exit = {}  # task type -> exitstatus override
         self.concurrent_change = False
+        self.templates = ["local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"]
 
     @staticmethod
     def digest(config):
@@ -81,6 +82,10 @@ class FakePVE(FakeResource):
         if path[:2] != ["nodes", NODE]:
             raise ResourceException(500, "Internal Server Error", f"hostname lookup '{path[1]}' failed")
         rest = path[2:]
+        if rest == ["status"]:
+            return {"uptime": 1}
+        if rest[:1] == ["storage"] and rest[2:] == ["content"]:
+            return [{"volid": v} for v in self.templates if v.startswith(rest[1] + ":")]
         if rest[0] == "tasks":
             upid = rest[1]
             if rest[2] == "status":
@@ -136,6 +141,8 @@ class FakePVE(FakeResource):
             return None
         if sub == ["pending"]:
             return []
+        if sub == ["status"] and rest == ["status"]:
+            return {}
         if sub == ["status", "current"]:
             return {"status": ct["status"], "vmid": vmid}
         if sub[0] == "status" and method == "POST":
@@ -358,3 +365,52 @@ def test_connect_passes_ca_path(monkeypatch, capsys, tmp_path):
     capsys.readouterr()
     assert seen["verify_ssl"] == str(ca)
     assert seen["user"] == "root@pam" and seen["password"] == "secret"
+
+
+# ---------------------------------------------------------------- ownership (owner_tag) and state=query
+
+
+OWNED = dict(owner_tag="inferops-gpu")
+
+
+def test_create_tags_the_container_and_a_rerun_keeps_it_unchanged(monkeypatch, capsys):
+    fake = FakePVE()
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "state": "started"})
+    assert res["created"] and fake.cts[198]["config"]["tags"] == "inferops-gpu"
+    fake.calls.clear()
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "state": "started"})
+    assert res["changed"] is False and fake.writes() == []
+
+
+def test_an_existing_container_without_the_tag_is_refused_before_any_change(monkeypatch, capsys):
+    fake = FakePVE()
+    run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started"})  # someone else's CT 198
+    before = json.dumps(fake.cts, sort_keys=True)
+    fake.calls.clear()
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "memory_mib": 4096, "state": "started"})
+    assert res["failed"] and res["error_kind"] == "not_owned" and "adopt" in res["msg"]
+    assert fake.writes() == [] and json.dumps(fake.cts, sort_keys=True) == before
+    res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", **OWNED})
+    assert res["failed"] and res["error_kind"] == "not_owned"
+
+
+def test_adopt_takes_the_container_over_and_keeps_its_tags(monkeypatch, capsys):
+    fake = FakePVE()
+    run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "extra_config": {"tags": "team-a"}, "state": "started"})
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "extra_config": {"tags": "team-a"}, "adopt": True,
+                                          "state": "started"})
+    assert res["changed"] and fake.cts[198]["config"]["tags"] == "inferops-gpu;team-a"
+
+
+def test_query_reads_only_and_refuses_a_missing_template(monkeypatch, capsys):
+    fake = FakePVE()
+    res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", **OWNED,
+                                          "ostemplate": DECLARED["ostemplate"]})
+    assert res["exists"] is False and res["template_present"] is True and res["status"] == "absent"
+    res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", "ostemplate": "local:vztmpl/nope.tar.zst"})
+    assert res["failed"] and res["error_kind"] == "template_missing" and "pveam download local nope.tar.zst" in res["msg"]
+    run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "state": "started"})
+    fake.calls.clear()
+    res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", **OWNED})
+    assert res["exists"] and res["status"] == "running" and res["tags"] == ["inferops-gpu"]
+    assert fake.writes() == []

@@ -121,7 +121,12 @@ def main(argv) -> int:
         return 1
 
     ranks = local_ranks(args)
-    cfg = {"server_args": args, "version": version, "version_tuple": list(vt)}
+    # The children get their arguments in argv (the stand-in's way); SGLang hands server_args to its scheduler
+    # processes through multiprocessing's spawn pipe, never in a command line, so the API keys, which no child
+    # uses, stay out of the children's argv here too (sglang 0.5.9 entrypoints/engine.py: mp.set_start_method("spawn"),
+    # mp.Process(target=run_scheduler_process, args=(server_args, ...)); docs/lab.md).
+    child_args = {k: v for k, v in args.items() if k not in ("api_key", "admin_api_key")}
+    cfg = {"server_args": child_args, "version": version, "version_tuple": list(vt)}
     state = {"phase": "launch", "stop": False}
     children = []  # Popen objects of direct children
 
