@@ -96,7 +96,8 @@ def _int(name: str, value: Any, minimum: int, maximum: int, what: str = "") -> i
             raise DeployError("%s must be a whole number, got %s%s" % (name, _clip(value), what))
         value = int(text)
     if not isinstance(value, int):
-        raise DeployError("%s must be a whole number, got %s %s%s" % (name, type(value).__name__, _clip(value), what))
+        kind = "a list" if isinstance(value, (list, tuple)) else "a dict" if isinstance(value, Mapping) else type(value).__name__
+        raise DeployError("%s must be a whole number, got %s %s%s" % (name, kind, _clip(list(value) if isinstance(value, (list, tuple)) else value), what))
     if not minimum <= value <= maximum:
         raise DeployError("%s must be between %d and %d, got %d%s" % (name, minimum, maximum, value, what))
     return value
@@ -307,8 +308,19 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     if layout["nnodes"] > 1 and not service["dist_init_host"]:
         raise DeployError("a multi-node server (%d containers in sglang_server_cluster_group) needs "
                           "sglang_server_dist_init_host (node rank 0's address)" % layout["nnodes"])
+    tolerance = s.get("verify_memory_tolerance", 0.10)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, str)):
+        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction, got %s" % _clip(tolerance))
+    try:
+        tolerance = float(tolerance)
+    except ValueError as exc:
+        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction, got %s" % _clip(tolerance)) from exc
+    if not 0 <= tolerance < 1:
+        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction between 0 and 1 (0.10 for 10 percent), "
+                          "got %s" % _clip(s.get("verify_memory_tolerance")))
     return {
         "version": version,
+        "verify_memory_tolerance": tolerance,
         "layout": layout,
         "plan_base": plan_base,
         "kv_cache_dtype": kv_dtype,
@@ -396,7 +408,7 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
     if int(plan["engine_ranks_per_host"]) != ranks:
         raise DeployError("internal: the plan counts %s ranks, the launcher %d" % (plan["engine_ranks_per_host"], ranks))
     return {"vmid": vmid, "fits": True, "per_rank_gb": plan["per_rank_gb"], "ranks": ranks, "plan": plan,
-            "memory_limit_bytes": limit, "gpus": [node_gpus[g] for g in wanted]}
+            "memory_limit_bytes": limit, "gpus": [node_gpus[g] for g in wanted], "gpu_indexes": wanted}
 
 
 # --- stage 3: the launch in the container -------------------------------------------------------------
