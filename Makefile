@@ -113,7 +113,7 @@ lab-test: lab
 	"$(BIN)/python" -m pytest -q tests/lab
 
 # Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time.
-MOLECULE_SCENARIOS ?= default oom_guard recover
+MOLECULE_SCENARIOS ?= default recover
 molecule: lab
 	for s in $(MOLECULE_SCENARIOS); do "$(BIN)/molecule" test -s "$$s"; done
 
