@@ -257,8 +257,8 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     for name in ("policy", "plan_extra"):
         value = s.get(name)
         if not _blank(value) and not isinstance(value, Mapping):
-            raise DeployError("sglang_server_hicache_%s must be a dict, got %s" % (name if name == "policy" else "plan_extra",
-                                                                              _clip(value)))
+            var = "sglang_server_hicache_policy" if name == "policy" else "sglang_server_plan_extra"
+            raise DeployError("%s must be a dict, got %s" % (var, _clip(value)))
     policy = dict(s.get("policy") or {})
     extra = dict(s.get("plan_extra") or {})
     owned = sorted(k for k in set(policy) | set(extra) if k in _FACT_OR_LAYOUT_KEYS)
@@ -345,7 +345,7 @@ def _layout_text(layout: Mapping[str, Any]) -> str:
 def ranks_on_this_node(req: Mapping[str, Any]) -> int:
     """Scheduler ranks SGLang's launcher starts in this container for the layout (hicache.place_ranks)."""
     lay = req["layout"]
-    keys, _ = hicache.behaviour_releases(hicache.parse_version(req["version"]))
+    keys = hicache.behaviour_releases(hicache.parse_version(req["version"]))[0]
     dpa = lay["enable_dp_attention"] and lay["dp_size"] > 1
     try:
         return hicache.place_ranks(lay["tp_size"], lay["pp_size"], lay["dp_size"], dpa, lay["nnodes"], max(keys)).ranks_per_node
@@ -375,10 +375,11 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
     missing = [g for g in wanted if g not in node_gpus]
     missing_nodes = ["/dev/nvidia%d" % g for g in wanted if "/dev/nvidia%d" % g not in node_nodes]
     if missing or missing_nodes:
+        have = ",".join(map(str, sorted(node_gpus))) or "none"
+        lacking = "; missing device nodes: " + ", ".join(missing_nodes) if missing_nodes else ""
         raise DeployError(
             "CT %d asks for GPUs %s but the node has %d GPU(s) (indexes %s)%s. Set pve_gpu_container_gpus to GPUs "
-            "the node has." % (vmid, ",".join(map(str, wanted)), len(node_gpus), ",".join(map(str, sorted(node_gpus))) or "none",
-                              "; missing device nodes: " + ", ".join(missing_nodes) if missing_nodes else ""))
+            "the node has." % (vmid, ",".join(map(str, wanted)), len(node_gpus), have, lacking))
     limit = memory_mib * MIB_BYTES
     total = int(node["mem_total_bytes"])
     if limit + node_reserve_bytes > total:
@@ -417,7 +418,7 @@ def _primary_address(addresses: Sequence[str]) -> str:
     """The first global IPv4 address from `ip -4 -o addr show scope global` lines (or bare addresses)."""
     for line in addresses or []:
         m = re.search(r"\binet\s+([0-9.]+)", str(line))
-        text = m.group(1) if m else str(line).split("/")[0].strip()
+        text = m.group(1) if m else str(line).split("/", maxsplit=1)[0].strip()
         try:
             addr = ipaddress.ip_address(text)
         except ValueError:
@@ -558,6 +559,11 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
     }
 
 
+_LAUNCH_PLAN_KEYS = ("sglang_version", "per_rank_gb", "ranks_per_host", "engine_ranks_per_host", "kv_bytes_per_token",
+                     "host_tokens_per_rank", "pinned_per_rank_bytes", "total_pinned_bytes", "reserve_bytes",
+                     "overhead_bytes", "allocation")
+
+
 def launch_record(ln: Mapping[str, Any], version: str) -> Dict[str, Any]:
     """What /etc/sglang/launch.json holds: only what decides the launch (figures that move with MemAvailable
     stay out, so an unchanged configuration never restarts the server)."""
@@ -567,9 +573,7 @@ def launch_record(ln: Mapping[str, Any], version: str) -> Dict[str, Any]:
         "hicache_size": ln["hicache_size_gb"],
         "argv": ln["argv"],
         "sglang_args": ln["sglang_args"],
-        "plan": {k: p[k] for k in ("sglang_version", "per_rank_gb", "ranks_per_host", "engine_ranks_per_host",
-                                    "kv_bytes_per_token", "host_tokens_per_rank", "pinned_per_rank_bytes",
-                                    "total_pinned_bytes", "reserve_bytes", "overhead_bytes", "allocation")},
+        "plan": {k: p[k] for k in _LAUNCH_PLAN_KEYS},
         "memory_limit_bytes": ln["memory_limit_bytes"],
         "guard": ln["guard"],
     }

@@ -564,7 +564,7 @@ class PveLxc:
                            tags=pc.split_tags(config.get("tags")))
         template = self.params.get("ostemplate")
         if template:
-            storage, _, _ = template.partition(":")
+            storage = template.partition(":")[0]
             content = self.call(
                 f"listing the templates of storage {storage} on node {self.node}",
                 self.api.nodes(self.node).storage(storage).content.get, content="vztmpl") or []

@@ -9,7 +9,8 @@ DOCUMENTATION = r"""
 module: sglang_deploy_plan
 short_description: The one deploy plan of an SGLang server (size, argv, start guard, verify bounds)
 version_added: "0.2.0"
-author: inferops contributors
+author:
+  - inferops team (@inferops)
 description:
   - Runs on the controller and contacts nothing. Every decision is made by C(module_utils/sglang_deploy.py), the same
     code for the node's gate before any change, the container's launch and the verification of what runs.
@@ -61,8 +62,11 @@ options:
     type: float
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
+    details: The action only computes; it never changes anything.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # -*- coding: utf-8 -*-
 # Copyright: inferops contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -20,7 +20,6 @@ Exit 1 with the reason on stderr (systemd's journal) when the guard refuses.
 from __future__ import annotations
 
 import json
-import os
 import runpy
 import subprocess
 import sys

@@ -47,6 +47,10 @@ def ct_facts(**overrides):
     return facts
 
 
+def launched(**settings):
+    return full(**settings)[2]
+
+
 def full(**settings):
     r = req(**settings)
     gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
@@ -80,12 +84,12 @@ def test_the_launched_size_is_the_planned_one_and_the_argv_carries_it_once():
 
 
 def test_a_requested_size_that_fits_is_launched_as_asked():
-    _, _, ln = full(requested_gb="20")
+    ln = launched(requested_gb="20")
     assert ln["hicache_size_gb"] == 20
 
 
 def test_the_api_key_is_never_in_the_argv_only_the_file_that_holds_it():
-    _, _, ln = full()
+    ln = launched()
     assert "--api-key" not in ln["sglang_args"]
     assert ln["argv"][ln["argv"].index("--api-key-file") + 1] == "/etc/sglang/api-key"
     assert ln["argv"][:2] == [PATHS["python"], PATHS["launcher"]]
@@ -163,7 +167,7 @@ def test_open_bind_without_a_key_is_refused_unless_allowed_by_name():
 
 
 def test_default_bind_is_the_containers_own_address_and_needs_a_key():
-    _, _, ln = full()
+    ln = launched()
     assert ln["bind_host"] == "10.77.0.129"
     assert ln["sglang_args"][ln["sglang_args"].index("--host") + 1] == "10.77.0.129"
     r = req(api_key_set=False)
@@ -270,37 +274,37 @@ def running(ln, **overrides):
 
 
 def test_verify_accepts_what_was_planned():
-    _, _, ln = full()
+    ln = launched()
     assert d.verify(ln, running(ln), measure(ln), 0, 0.1)["ok"]
 
 
 def test_verify_catches_another_size_running():
-    _, _, ln = full()
+    ln = launched()
     v = d.verify(ln, running(ln, hicache_size=300), measure(ln), 0, 0.1)
     assert not v["ok"] and "hicache_size" in v["mismatches"][0]
 
 
 def test_verify_catches_unpinned_pools_missing_ranks_and_excess():
-    _, _, ln = full()
+    ln = launched()
     assert not d.verify(ln, running(ln), measure(ln, held=0), 0, 0.1)["ok"]
     assert not d.verify(ln, running(ln), measure(ln, ranks=7), 0, 0.1)["ok"]
     assert not d.verify(ln, running(ln), measure(ln, unit=10**15), 0, 0.1)["ok"]
 
 
 def test_verify_on_a_follower_node_checks_memory_only():
-    _, _, ln = full()
+    ln = launched()
     assert d.verify(ln, None, measure(ln), 1, 0.1)["ok"]
 
 
 def test_verify_refuses_a_tolerance_that_is_not_a_fraction():
-    _, _, ln = full()
+    ln = launched()
     with pytest.raises(d.DeployError):
         d.verify(ln, running(ln), measure(ln), 0, 10)
 
 
 def test_hicache_module_is_the_only_arithmetic():
     # the deploy plan's size is the calculator's size for the same input
-    r, gate, _ = full()
+    r, gate, _launch = full()
     data = dict(r["plan_base"], mem_total_bytes=NODE["mem_total_bytes"], mem_available_bytes=NODE["mem_available_bytes"],
                 mem_limit_bytes=CONTAINER["memory_mib"] * MIB, gpu_count=8, gpu_memory_mib=97887)
     assert hicache.size_gb(data) == gate["per_rank_gb"]
