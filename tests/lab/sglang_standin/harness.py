@@ -243,7 +243,9 @@ def proc_status(pid: int) -> dict:
 
 
 def pgrep(pattern: str):
-    r = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    """Matching processes in this (the host's) PID namespace only: a server running in a lab container (CT 129
+    after a deploy) has processes of the same names."""
+    r = subprocess.run(["pgrep", "--ns", str(os.getpid()), "--nslist", "pid", "-f", pattern], capture_output=True, text=True)
     return [int(x) for x in r.stdout.split()]
 
 
