@@ -66,6 +66,15 @@ def test_ct_running_with_passthrough_and_limit():
     assert "status: running" in NODE.check_output(f"pct status {VMID}")
 
 
+def test_nothing_left_half_done_by_the_cut_deploys():
+    conf = NODE.file(f"/etc/pve/lxc/{VMID}.conf").content_string
+    assert "\nlock:" not in conf and not conf.startswith("lock:")
+    assert "tags: inferops-gpu" in conf
+    listed = [line.split()[0] for line in NODE.check_output("pct list").splitlines()[1:]]
+    assert listed.count(str(VMID)) == 1 and listed.count("130") == 1
+    assert pct("/opt/sglang/venv/bin/python3", "-c", "import sglang, sys; print(sglang.__version__)").strip() == "0.5.21"
+
+
 def test_unit_active_and_health_on_the_containers_address_only():
     assert pct("systemctl", "is-active", "sglang.service").strip() == "active"
     unit = pct("cat", "/etc/systemd/system/sglang.service")
