@@ -122,7 +122,7 @@ def running_size() -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=4)
     args = ap.parse_args()
     before = labstate.state()
     if not before["server_pids"]:

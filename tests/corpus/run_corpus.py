@@ -81,7 +81,7 @@ def run_case(case: dict, before: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*", help="case names (default: all)")
-    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     paths = sorted(glob.glob(os.path.join(CASES, "*.yml")))
