@@ -115,7 +115,10 @@ lab-test: lab
 # Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time.
 MOLECULE_SCENARIOS ?= default recover
 molecule: lab
-	for s in $(MOLECULE_SCENARIOS); do "$(BIN)/molecule" test -s "$$s"; done
+	for s in $(MOLECULE_SCENARIOS); do
+	  rm -f "reports/molecule-$$s-failure.txt"
+	  "$(BIN)/molecule" test -s "$$s" || { cat "reports/molecule-$$s-failure.txt" 2>/dev/null; exit 1; }
+	done
 
 demo: lab
 	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml

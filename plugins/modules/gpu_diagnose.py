@@ -25,8 +25,11 @@ description:
     the container's cgroup memory and OOM-kill count, leaked C(/dev/shm) segments in the container, the
     state of the service inside it (C(pct exec <vmid> -- systemctl show)), recent kernel Xid/OOM/hung-task
     lines (best effort) and the deploy baseline C(<baseline_dir>/<vmid>.json).
-  - The container's GPUs are those of the baseline, else its C(devN) (or C(lxc.mount.entry)) entries for
-    C(/dev/nvidiaN) in C(pct config).
+  - Scope first (C(docs/recover.md), "Scope"), before anything is read from the container. O(vmid) must be a
+    container the inventory declares on O(node) (an entry of O(declared)), unless O(allow_undeclared) names it
+    explicitly. The container's GPUs are its C(devN) (or C(lxc.mount.entry)) entries for C(/dev/nvidiaN) in
+    C(pct config) now. A failing C(pct config) (GPUs unknown) or a baseline recorded for other GPUs (stale)
+    fails the module with what to do; nothing is judged or changed then.
   - Takes O(samples) samples O(sample_interval) seconds apart; the verdict is C(Clean) only when every
     sample passes, and a process counts as stuck only when it is in D state in every sample.
   - Returns the verdict and the first rung of the ladder the evidence says is needed (it jumps rungs, for
@@ -97,6 +100,21 @@ options:
   pct_path:
     description: Path to C(pct); looked up in E(PATH) by default.
     type: path
+  node:
+    description: The inventory name of the node this runs on (what O(declared) entries name as C(node_host)).
+    type: str
+    required: true
+  declared:
+    description:
+      - The GPU containers the inventory declares, each C({host, vmid, node_host}) (playbooks/recover.yml reads
+        them from the group sglang_containers with the variables deploy.yml uses).
+    type: list
+    elements: dict
+    default: []
+  allow_undeclared:
+    description: Diagnose (and let the ladder act on) O(vmid) although no entry of O(declared) names it on O(node).
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -116,6 +134,8 @@ EXAMPLES = r"""
 - name: Is CT 129 clean?
   inferops.gpu_inference.gpu_diagnose:
     vmid: 129
+    node: pve1
+    declared: [{host: ct129, vmid: 129, node_host: pve1}]
   register: diag
 
 - name: Print the verdict
@@ -177,6 +197,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
 _ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
 
@@ -296,29 +317,31 @@ def diagnose(module):
     notes = []
 
     container = {"vmid": vmid, "status": None, "init_pid": None, "gpus": [], "gpus_from": None}
-    if pct:
-        rc, out, err, hung = runner.run([pct, "status", str(vmid), "--verbose"])
-        if rc == 0:
-            st = gr.parse_pct_status(out)
-            container["status"], container["init_pid"] = st["status"], st["pid"]
-        else:
-            module.fail_json(msg="pct status %d failed (%s): %s" % (vmid, "timed out" if hung else "rc %d" % rc,
-                                                                    (err or out).strip()))
-        rc, out, err, hung = runner.run([pct, "config", str(vmid)])
-        config_gpus = gr.parse_pct_config_gpus(out) if rc == 0 else []
-    else:
+    try:
+        container["scope"] = recover_scope.check_target(vmid, p["node"], p["declared"] or [], p["allow_undeclared"])
+    except recover_scope.ScopeError as exc:
+        module.fail_json(msg=str(exc), refused="scope")
+    if not pct:
         module.fail_json(msg="pct not found: gpu_diagnose runs on a Proxmox VE node")
+    rc, out, err, hung = runner.run([pct, "status", str(vmid), "--verbose"])
+    if rc != 0:
+        module.fail_json(msg="pct status %d failed (%s): %s" % (vmid, "timed out" if hung else "rc %d" % rc,
+                                                                (err or out).strip()))
+    st = gr.parse_pct_status(out)
+    container["status"], container["init_pid"] = st["status"], st["pid"]
+    rc, out, err, hung = runner.run([pct, "config", str(vmid)])
     baseline_path, baseline, baseline_error = load_baseline(p["baseline_dir"], vmid)
     if baseline_error:
         notes.append(baseline_error)
+    baseline_gpus = None
     if baseline and baseline.get("gpus"):
-        container["gpus"] = sorted(int(g["index"]) for g in baseline["gpus"] if g.get("index") is not None)
-        container["gpus_from"] = "baseline"
-        if config_gpus and sorted(config_gpus) != container["gpus"]:
-            notes.append("baseline GPUs %s differ from pct config devN GPUs %s" % (container["gpus"], config_gpus))
-    else:
-        container["gpus"] = config_gpus
-        container["gpus_from"] = "pct config devN"
+        baseline_gpus = [int(g["index"]) for g in baseline["gpus"] if g.get("index") is not None]
+    try:
+        gpus = recover_scope.container_gpus(vmid, rc, gr.parse_pct_config_gpus(out) if rc == 0 else [],
+                                            "timed out" if hung else (err or out), baseline_gpus, baseline_path)
+    except recover_scope.ScopeError as exc:
+        module.fail_json(msg=str(exc), refused="gpus")
+    container["gpus"], container["gpus_from"] = gpus["gpus"], gpus["from"]
     if baseline is None:
         notes.append("no baseline at %s: GPU baseline 0 MiB and no compute apps; host memory judged without a baseline"
                      % baseline_path)
@@ -495,6 +518,9 @@ def main():
             kernel_log=dict(type="bool", default=True),
             nvidia_smi_path=dict(type="path"),
             pct_path=dict(type="path"),
+            node=dict(type="str", required=True),
+            declared=dict(type="list", elements="dict", default=[]),
+            allow_undeclared=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

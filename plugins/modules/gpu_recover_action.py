@@ -122,6 +122,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
 
 def run_smi(module, smi, args, timeout):
@@ -148,6 +149,27 @@ def ct_init_pid(module, vmid):
         return None
     rc, out, err = module.run_command([pct, "status", str(vmid), "--verbose"])
     return gr.parse_pct_status(out)["pid"] if rc == 0 else None
+
+
+def other_containers_gpus(module, vmid, timeout):
+    """{VMID: [GPU]} of the node's other running containers (their devN), or (None, why) when unknown."""
+    pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
+    if not pct:
+        return None, "pct not found"
+    tbin = module.get_bin_path("timeout")
+    pre = [tbin, "-k", "5", str(timeout)] if tbin else []
+    rc, out, err = module.run_command(pre + [pct, "list"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        return None, "pct list failed (rc %d): %s" % (rc, (err or out).strip())
+    found = {}
+    for other, status in sorted(recover_scope.parse_pct_list(out).items()):
+        if other == vmid or status != "running":
+            continue
+        rc, out, err = module.run_command(pre + [pct, "config", str(other)], environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            return None, "pct config %d failed (rc %d): %s" % (other, rc, (err or out).strip())
+        found[other] = gr.parse_pct_config_gpus(out)
+    return found, None
 
 
 def alive(refs):
@@ -294,6 +316,16 @@ def reset_gpus(module, vmid, smi, result):
         group = gr.nvlink_closure([g], peers)
         done |= set(group)
         groups.append(group)
+    # Never a GPU another running container has as devN (docs/recover.md, "Scope"): unknown is refused too.
+    others, why = other_containers_gpus(module, vmid, t)
+    if others is None:
+        result["refused"].extend({"gpus": group, "why": "the other containers' GPUs are unknown (%s)" % why}
+                                 for group in groups)
+        groups = []
+    conflicts = recover_scope.reset_conflicts(groups, vmid, others or {})
+    for conflict in conflicts:
+        result["refused"].append({"gpus": conflict["gpus"], "why": recover_scope.describe_conflict(conflict)})
+    groups = [g for g in groups if g not in [c["gpus"] for c in conflicts]]
     plan = []
     for group in groups:
         missing = [g for g in group if g not in rows]

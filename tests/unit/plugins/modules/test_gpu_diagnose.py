@@ -16,7 +16,11 @@ GPU_CSV = ("6, NVIDIA RTX PRO 6000, 97887, {used6}, GPU-6, 00000000:DB:00.0, 580
            "7, NVIDIA RTX PRO 6000, 97887, 0, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n")
 
 
-def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0):
+DECLARED = [{"host": "ct9876", "vmid": VMID, "node_host": "pve1"}]
+
+
+def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
+        declared=None, allow_undeclared=False):
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -28,6 +32,8 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
         if "status" in cmd:
             return 0, "status: running\npid: 1\n", ""
         if "config" in cmd:
+            if config_rc:
+                return config_rc, "", "CT is locked (backup)\n"
             return 0, "dev0: /dev/nvidia6\ndev1: /dev/nvidia7\nmemory: 4096\n", ""
         if "exec" in cmd:
             return 0, "ActiveState=%s\nSubState=dead\nUnitFileState=disabled\nMainPID=0\nLoadState=loaded\n" % service, ""
@@ -39,7 +45,8 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
 
     monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
-    with patch_module_args({"vmid": VMID, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
+    with patch_module_args({"vmid": VMID, "node": "pve1", "declared": DECLARED if declared is None else declared,
+                            "allow_undeclared": allow_undeclared, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
                             "kernel_log": False, "_ansible_check_mode": True}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
@@ -68,10 +75,11 @@ def test_active_service_recommends_rung_1(monkeypatch, capsys, tmp_path):
 
 
 def test_baseline_gpus_and_memory_used(monkeypatch, capsys, tmp_path):
-    base = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 100}],
+    base = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 100},
+                                   {"index": 7, "uuid": "GPU-7", "memory_used_mib": 0}],
             "host": {"mem_available_bytes": 1, "shmem_bytes": 0, "mlocked_bytes": 0}}
     res = run(monkeypatch, capsys, tmp_path, used6=110, baseline=base)
-    assert res["evidence"]["container"]["gpus"] == [6]
+    assert res["evidence"]["container"]["gpus"] == [6, 7]
     assert res["evidence"]["baseline"]["present"] is True
     assert res["verdict"] == "Clean", res["reasons"]
 
@@ -80,3 +88,28 @@ def test_nvidia_smi_fallen_off_the_bus_is_a_reboot(monkeypatch, capsys, tmp_path
     res = run(monkeypatch, capsys, tmp_path, smi_rc=15)
     assert res["verdict"] == "Not clean"
     assert res["recommended_rung"] == 6
+
+
+def test_undeclared_container_is_refused_before_anything_is_read(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, declared=[{"host": "ct129", "vmid": 129, "node_host": "pve1"}])
+    assert res["failed"] is True and res["refused"] == "scope"
+    assert "CT %d is not a GPU container the inventory declares on pve1 (declared there: 129 (ct129))" % VMID in res["msg"]
+    assert "verdict" not in res
+
+
+def test_undeclared_container_named_explicitly_is_diagnosed(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, declared=[], allow_undeclared=True)
+    assert res["verdict"] == "Clean"
+    assert res["evidence"]["container"]["scope"] == {"vmid": VMID, "declared_as": None, "override": True}
+
+
+def test_stale_baseline_is_refused(monkeypatch, capsys, tmp_path):
+    base = {"vmid": VMID, "gpus": [{"index": 0, "uuid": "GPU-0", "memory_used_mib": 0}], "host": {}}
+    res = run(monkeypatch, capsys, tmp_path, baseline=base)
+    assert res["failed"] is True and res["refused"] == "gpus"
+    assert "is stale: it was recorded for GPUs [0], but pct config %d now passes GPUs [6, 7]" % VMID in res["msg"]
+
+
+def test_failed_pct_config_is_refused(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, config_rc=2)
+    assert res["failed"] is True and "unknown is not clean" in res["msg"] and "CT is locked (backup)" in res["msg"]

@@ -63,3 +63,65 @@ def test_sigkill_is_planned_again_from_a_fresh_table(monkeypatch):
     second = {"container": [reused], "nvidia_holders": [], "all": [reused]}
     result, sent = kill_holders(monkeypatch, [first, second])
     assert [(p["groups"], p["pids"]) for p, s in sent] == [([], [])]
+
+
+# Rung 5 on an NVSwitch node: every GPU is every other's NVLink peer, so GPU 0's reset group is all eight.
+GPU_ROWS = "".join("%d, NVIDIA H100, 81559, 0, GPU-%d, 00000000:%02X:00.0, 580.95.05, Disabled\n" % (i, i, i)
+                   for i in range(8))
+TOPO_NVSWITCH = "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\n" + "".join(
+    "GPU%d\t%s\n" % (i, "\t".join("X" if j == i else "NV18" for j in range(8))) for i in range(8))
+PCT_LIST = "VMID       Status     Lock         Name\n129        stopped                 a\n130        running                 b\n"
+
+
+class ResetModule(FakeModule):
+    def __init__(self, other_config):
+        self.calls = []
+        self.other_config = other_config
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return {"pct": "/usr/sbin/pct"}.get(name)
+
+    def run_command(self, args, **kwargs):
+        cmd = list(args)
+        self.calls.append(cmd)
+        if cmd[-1] == "list":
+            return 0, PCT_LIST, ""
+        if cmd[-2:] == ["config", "130"]:
+            return 0, self.other_config, ""
+        if any(a.startswith("--query-gpu") for a in cmd):
+            return 0, GPU_ROWS, ""
+        if cmd[-2:] == ["topo", "-m"]:
+            return 0, TOPO_NVSWITCH, ""
+        if any(a.startswith("--query-compute-apps") for a in cmd):
+            return 0, "", ""
+        if "-r" in cmd:
+            return 0, "GPU reset", ""
+        return 1, "", "unexpected %s" % cmd
+
+    def fail_json(self, **kw):
+        raise AssertionError(kw)
+
+
+def reset(monkeypatch, other_config):
+    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: {"nvidia_holders": []})
+    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+    module = ResetModule(other_config)
+    module.params = dict(FakeModule.params, gpus=[0, 1])
+    result = {"refused": [], "reset": [], "changed": False}
+    action.reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
+    return result, module
+
+
+def test_a_reset_group_holding_another_running_containers_gpu_is_refused(monkeypatch):
+    result, module = reset(monkeypatch, "dev0: /dev/nvidia2\nmemory: 256\n")
+    assert not any("-r" in c for c in module.calls), "no GPU may be reset"
+    assert result["reset"] == [] and result["changed"] is False
+    assert result["refused"] == [{"gpus": list(range(8)),
+                                  "why": "GPU(s) [0, 1, 2, 3, 4, 5, 6, 7] are passed to running CT 130 (GPU 2): "
+                                         "a reset would take them from under it"}]
+
+
+def test_a_reset_group_free_of_other_containers_runs(monkeypatch):
+    result, module = reset(monkeypatch, "memory: 256\n")
+    assert result["refused"] == []
+    assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]

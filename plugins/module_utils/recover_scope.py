@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What recover.yml may act on: which container, and which GPUs are that container's (docs/recover.md, "Scope").
+
+No Ansible imports. Every function decides from data it is given (the inventory's declarations, the texts of
+``pct list`` / ``pct config``, the baseline) and raises ScopeError, with what to do, when recovery must not start.
+
+- The target must be a GPU container the inventory declares on this node (a host of sglang_containers whose
+  VMID is the target and whose node is this one), or the operator names it with the explicit override.
+- The container's GPUs are what ``pct config`` says now. A baseline that names other GPUs is stale (the
+  container was reconfigured since deploy recorded it): judging or resetting by it could touch GPUs that are now
+  another container's, so recovery refuses and says how to re-record it. A failing ``pct config`` means the
+  GPUs are unknown, and unknown is not clean: refused as well.
+- A GPU reset (rung 5) never includes a GPU that another running container has as ``devN``; an NVLink group
+  that would pull one in is refused whole (proxmox-lxc §3: the reset acts on the whole NVLink/NVSwitch group).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+
+class ScopeError(ValueError):
+    """Recovery must not start (or this action must not run); the message says why and what to do."""
+
+
+def _vmid(value: Any) -> Optional[int]:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 100 else None
+
+
+def declared_on_node(declared: Iterable[Mapping[str, Any]], node: str) -> dict[int, str]:
+    """{VMID: inventory host} of the containers the inventory declares on ``node``.
+
+    Each entry is {"host", "vmid", "node_host"} as recover.yml reads them from the inventory (the same
+    variables deploy.yml uses: pve_gpu_container_vmid or proxmox_vmid, pve_gpu_container_node_host).
+    """
+    found: dict[int, str] = {}
+    for entry in declared or []:
+        vmid = _vmid(entry.get("vmid"))
+        if vmid is not None and str(entry.get("node_host") or "") == node:
+            found.setdefault(vmid, str(entry.get("host")))
+    return found
+
+
+def check_target(vmid: int, node: str, declared: Iterable[Mapping[str, Any]], allow_undeclared: bool) -> dict[str, Any]:
+    """The target, or ScopeError when the inventory does not declare it on this node and no override names it."""
+    mine = declared_on_node(declared, node)
+    if vmid in mine:
+        return {"vmid": vmid, "declared_as": mine[vmid], "override": False}
+    if allow_undeclared:
+        return {"vmid": vmid, "declared_as": None, "override": True}
+    listed = ", ".join("%d (%s)" % (v, h) for v, h in sorted(mine.items())) or "none"
+    raise ScopeError(
+        "CT %d is not a GPU container the inventory declares on %s (declared there: %s). recover.yml acts only on "
+        "those, so that a mistyped VMID never stops, kills in or resets another tenant's container. If CT %d is "
+        "yours and must be recovered although deploy.yml does not manage it, name it explicitly: "
+        "-e recover_vmid=%d -e recover_allow_undeclared=true. Nothing has been changed." % (vmid, node, listed, vmid, vmid))
+
+
+def container_gpus(vmid: int, config_rc: int, config_gpus: Sequence[int], config_error: str,
+                   baseline_gpus: Optional[Sequence[int]], baseline_path: str) -> dict[str, Any]:
+    """The container's GPUs from ``pct config`` now, checked against the baseline; ScopeError when unknown or stale."""
+    if config_rc != 0:
+        raise ScopeError(
+            "pct config %d failed (%s): the container's GPUs are unknown, and unknown is not clean. Recovery needs "
+            "them to judge and reset the right GPUs; fix what pct reports (a lock: `pct unlock %d` once no task "
+            "runs; a missing container: check the VMID), then run recover again. Nothing has been changed."
+            % (vmid, config_error.strip() or "rc %d" % config_rc, vmid))
+    gpus = sorted(set(int(g) for g in config_gpus))
+    if baseline_gpus is not None and baseline_gpus and sorted(set(int(g) for g in baseline_gpus)) != gpus:
+        raise ScopeError(
+            "the baseline %s is stale: it was recorded for GPUs %s, but pct config %d now passes GPUs %s. Judging or "
+            "resetting by it could touch GPUs that are now another container's. Re-record it: run playbooks/deploy.yml "
+            "for this container (it records the baseline at idle), or, if deploy does not manage it, remove %s "
+            "after checking with nvidia-smi that GPUs %s are idle. Nothing has been changed."
+            % (baseline_path, sorted(set(int(g) for g in baseline_gpus)), vmid, gpus, baseline_path, gpus))
+    return {"gpus": gpus, "from": "pct config devN"}
+
+
+_LIST_ROW = re.compile(r"^\s*(\d+)\s+(\S+)(?:\s|$)")
+
+
+def parse_pct_list(text: Optional[str]) -> dict[int, str]:
+    """{VMID: status} from ``pct list`` (VMID Status Lock Name; the header and blank lines skipped)."""
+    rows: dict[int, str] = {}
+    for line in (text or "").splitlines():
+        match = _LIST_ROW.match(line)
+        if match:
+            rows[int(match.group(1))] = match.group(2)
+    return rows
+
+
+def reset_conflicts(groups: Sequence[Sequence[int]], vmid: int,
+                    other_gpus: Mapping[int, Sequence[int]]) -> list[dict[str, Any]]:
+    """For each reset group, the other running containers that have one of its GPUs as devN.
+
+    ``other_gpus``: {VMID: [GPU index]} of the node's other running containers. Returns
+    [{"gpus": group, "containers": {vmid: [gpu]}}] for the groups that must not be reset.
+    """
+    refused = []
+    for group in groups:
+        hit = {other: sorted(set(group) & set(gpus)) for other, gpus in sorted(other_gpus.items())
+               if other != vmid and set(group) & set(gpus)}
+        if hit:
+            refused.append({"gpus": list(group), "containers": hit})
+    return refused
+
+
+def describe_conflict(conflict: Mapping[str, Any]) -> str:
+    return "GPU(s) %s are passed to running %s: a reset would take them from under it" % (
+        list(conflict["gpus"]), ", ".join("CT %d (GPU %s)" % (v, ", ".join(str(g) for g in gpus))
+                                          for v, gpus in conflict["containers"].items()))

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope as rs
+
+DECLARED = [
+    {"host": "ct129", "vmid": 129, "node_host": "pve1"},
+    {"host": "ct131", "vmid": "131", "node_host": "pve2"},
+    {"host": "broken", "vmid": None, "node_host": "pve1"},
+]
+
+# pct list as PVE 8 prints it (API2/LXC.pm vmlist through the CLI formatter).
+PCT_LIST = """\
+VMID       Status     Lock         Name
+129        running                 sglang-129
+130        running                 bystander
+131        stopped    backup       other
+"""
+
+
+def test_declared_on_node_only_this_node():
+    assert rs.declared_on_node(DECLARED, "pve1") == {129: "ct129"}
+    assert rs.declared_on_node(DECLARED, "pve2") == {131: "ct131"}
+    assert rs.declared_on_node([], "pve1") == {}
+
+
+def test_declared_target_is_taken():
+    assert rs.check_target(129, "pve1", DECLARED, False) == {"vmid": 129, "declared_as": "ct129", "override": False}
+
+
+@pytest.mark.parametrize("vmid,node", [(130, "pve1"), (131, "pve1"), (129, "pve2")])
+def test_undeclared_target_is_refused_with_the_override_named(vmid, node):
+    with pytest.raises(rs.ScopeError) as exc:
+        rs.check_target(vmid, node, DECLARED, False)
+    msg = str(exc.value)
+    assert "CT %d is not a GPU container the inventory declares on %s" % (vmid, node) in msg
+    assert "recover_allow_undeclared=true" in msg and "Nothing has been changed" in msg
+
+
+def test_override_names_an_undeclared_target():
+    assert rs.check_target(130, "pve1", DECLARED, True) == {"vmid": 130, "declared_as": None, "override": True}
+
+
+def test_gpus_come_from_pct_config_now():
+    assert rs.container_gpus(129, 0, [1, 0, 1], "", [0, 1], "/b/129.json") == {"gpus": [0, 1], "from": "pct config devN"}
+    # No baseline (or one without GPUs): pct config alone.
+    assert rs.container_gpus(129, 0, [3], "", None, "/b/129.json")["gpus"] == [3]
+    assert rs.container_gpus(129, 0, [], "", [], "/b/129.json")["gpus"] == []
+
+
+def test_stale_baseline_is_refused_with_how_to_rerecord():
+    with pytest.raises(rs.ScopeError) as exc:
+        rs.container_gpus(129, 0, list(range(8)), "", [0, 1], "/var/lib/inferops/baseline/129.json")
+    msg = str(exc.value)
+    assert "stale" in msg and "[0, 1]" in msg and "[0, 1, 2, 3, 4, 5, 6, 7]" in msg
+    assert "playbooks/deploy.yml" in msg and "remove /var/lib/inferops/baseline/129.json" in msg
+
+
+def test_failed_pct_config_is_refused_not_an_empty_gpu_list():
+    with pytest.raises(rs.ScopeError) as exc:
+        rs.container_gpus(129, 2, [], "CT is locked (backup)\n", [0, 1], "/b/129.json")
+    assert "pct config 129 failed (CT is locked (backup))" in str(exc.value)
+    assert "unknown is not clean" in str(exc.value)
+
+
+def test_parse_pct_list():
+    assert rs.parse_pct_list(PCT_LIST) == {129: "running", 130: "running", 131: "stopped"}
+    assert rs.parse_pct_list("") == {}
+
+
+def test_reset_conflicts_refuse_a_group_with_another_containers_gpu():
+    # An NVSwitch node: GPU 0's group is all eight; CT 130 has GPU 2.
+    groups = [[0, 1, 2, 3, 4, 5, 6, 7]]
+    conflicts = rs.reset_conflicts(groups, 129, {130: [2], 129: [0, 1]})
+    assert conflicts == [{"gpus": groups[0], "containers": {130: [2]}}]
+    assert "CT 130 (GPU 2)" in rs.describe_conflict(conflicts[0])
+    # PCIe node: groups of one; CT 130's GPU is not among them.
+    assert rs.reset_conflicts([[0], [1]], 129, {130: [2]}) == []
+    # The target's own devN never conflicts with itself.
+    assert rs.reset_conflicts([[0]], 129, {129: [0]}) == []
