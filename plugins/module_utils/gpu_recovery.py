@@ -253,6 +253,51 @@ def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
     return sorted(gpus)
 
 
+# nvidia-smi --query-gpu=gpu_recovery_action (NVML nvmlDeviceGpuRecoveryAction_t): what the driver says must happen
+# before the GPU can be used again (NVIDIA, "Error Recovery and Response Flags", A100 GPU memory error management).
+RECOVERY_ACTION_NONE = "none"
+RECOVERY_ACTIONS_REBOOT = ("reboot",)              # Node Reboot / System Reboot: the OS may be inconsistent
+RECOVERY_ACTIONS_RESET = ("reset", "drain")        # GPU Reset, Drain P2P, Drain and Reset, Bus Reset
+
+
+def parse_recovery_actions(rc: int, text: Optional[str], err: Optional[str] = None) -> dict[str, Any]:
+    """``nvidia-smi --query-gpu=index,gpu_recovery_action --format=csv,noheader``.
+
+    Returns {"supported": bool, "actions": {index: value or None}, "error": str or None}. A driver that does not
+    know the field (older than the NVML call) says ``Field "gpu_recovery_action" is not a valid field to query``:
+    supported is False (a note, not a reason). A value nvidia-smi cannot read ([N/A], [Unknown Error],
+    [GPU is lost]) is None, which the gate counts as unknown, i.e. not clean.
+    """
+    out = (text or "") + "\n" + (err or "")
+    if rc != 0:
+        return {"supported": "not a valid field" not in out, "actions": {}, "error": out.strip() or "rc %d" % rc}
+    actions: dict[int, Optional[str]] = {}
+    for line in (text or "").splitlines():
+        index, sep, value = line.partition(",")
+        if not sep or not index.strip().isdigit():
+            continue
+        value = value.strip()
+        actions[int(index.strip())] = None if value.lower() in _UNREADABLE else value
+    return {"supported": True, "actions": actions, "error": None}
+
+
+_UNREADABLE = frozenset({"", "n/a", "[n/a]", "[unknown error]", "[gpu is lost]", "[not supported]", "not supported"})
+
+
+def recovery_action_class(value: Optional[str]) -> str:
+    """"ok", "reboot", "reset" or "unknown" for one GPU's gpu_recovery_action."""
+    if value is None:
+        return "unknown"
+    low = value.strip().lower()
+    if low == RECOVERY_ACTION_NONE:
+        return "ok"
+    if any(word in low for word in RECOVERY_ACTIONS_REBOOT):
+        return "reboot"
+    if any(word in low for word in RECOVERY_ACTIONS_RESET):
+        return "reset"
+    return "unknown"
+
+
 def parse_systemctl_show(text: Optional[str]) -> dict[str, str]:
     result: dict[str, str] = {}
     for line in (text or "").splitlines():
@@ -644,6 +689,22 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
         if foreign:
             notes.append("GPU %d is also used by %s" % (idx, ", ".join(
                 "%s (%s)" % (a["pid"], "CT %s" % a["owner"] if isinstance(a["owner"], int) else a["owner"]) for a in foreign)))
+    recovery = sample.get("recovery_actions") or {"supported": False, "actions": {}, "error": None}
+    if recovery.get("supported"):
+        for idx in sample.get("container_gpus", []):
+            if recovery.get("error"):
+                reasons.append("GPU %d: nvidia-smi could not read gpu_recovery_action (%s): it cannot be judged clean"
+                               % (idx, recovery["error"]))
+                continue
+            value = recovery["actions"].get(idx)
+            kind = recovery_action_class(value)
+            if kind != "ok":
+                reasons.append("GPU %d: the driver's recovery action is %s%s" % (
+                    idx, repr(value) if value is not None else "unreadable",
+                    {"reboot": ": the node must be rebooted", "reset": ": the GPU must be reset (nvidia-smi -r) "
+                     "with no process on it", "unknown": ": it cannot be judged clean"}[kind]))
+    elif recovery.get("error"):
+        notes.append("gpu_recovery_action not checked: %s" % recovery["error"].splitlines()[0])
     holders = sample.get("ct_holders", [])
     if holders:
         reasons.append("%d process(es) of CT %s hold /dev/nvidia*: %s" % (
@@ -720,7 +781,8 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
 
     diag keys: clean, container_status ("running"/"stopped"/None), service_active (bool), ct_holders,
     ct_stuck (procs with "class"), gpu_excess_without_process (bool), host_memory_only (bool),
-    reboot_signals [str], reset_refused (bool).
+    reboot_signals [str], reset_refused (bool), recovery_reset (bool: the driver's gpu_recovery_action asks for a
+    GPU reset on one of the container's GPUs).
     Returns (rung, reason); rung 0 means nothing to do.
     """
     if diag.get("clean"):
@@ -740,6 +802,12 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
         return next_rung_after(diag, after_rung)
 
     running = diag.get("container_status") == "running"
+    if diag.get("recovery_reset") and not stuck:
+        # NVIDIA: terminate all GPU processes, reset the GPU with nvidia-smi -r. Stopping the container ends every
+        # client of its GPUs at once (rung 4); the reset follows (rung 5).
+        if running:
+            return pick(RUNG_STOP_CONTAINER, "the driver asks for a GPU reset: stop the container so no client is left")
+        return pick(RUNG_RESET_GPUS, "the driver asks for a GPU reset and the container is stopped: reset the GPUs")
     if classes & {"stuck_fuse", "stuck_nfs"}:
         return pick(RUNG_UNBLOCK_STUCK, "process(es) in D state on FUSE/NFS: abort the connection")
     if classes & {"stuck_unknown", "zombie_with_threads"}:
@@ -767,7 +835,8 @@ def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]
         if nxt == RUNG_UNBLOCK_STUCK and not diag.get("ct_stuck"):
             nxt = RUNG_STOP_CONTAINER
         return nxt, "rung %d did not clear it: escalate" % after_rung
-    if after_rung < RUNG_RESET_GPUS and (diag.get("gpu_excess_without_process") or not running) \
+    if after_rung < RUNG_RESET_GPUS and (diag.get("gpu_excess_without_process") or diag.get("recovery_reset")
+                                         or not running) \
             and not diag.get("ct_holders") and not diag.get("ct_stuck") and not diag.get("host_memory_only"):
         return RUNG_RESET_GPUS, "GPU memory still held with no process: reset the GPUs"
     return RUNG_REBOOT, "rung %d did not clear it and no lower rung applies: the node needs a reboot" % after_rung

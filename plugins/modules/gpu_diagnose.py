@@ -30,6 +30,9 @@ description:
     explicitly. The container's GPUs are its C(devN) (or C(lxc.mount.entry)) entries for C(/dev/nvidiaN) in
     C(pct config) now. A failing C(pct config) (GPUs unknown) or a baseline recorded for other GPUs (stale)
     fails the module with what to do; nothing is judged or changed then.
+  - The driver's C(gpu_recovery_action) of each of the container's GPUs must be C(None). C(Reset) or a drain asks
+    for the ladder's GPU reset (after the container is stopped), C(Reboot) is a reboot signal, and an unreadable
+    value is not clean. A driver that does not know the field is noted, not judged.
   - Takes O(samples) samples O(sample_interval) seconds apart; the verdict is C(Clean) only when every
     sample passes, and a process counts as stuck only when it is in D state in every sample.
   - Returns the verdict and the first rung of the ladder the evidence says is needed (it jumps rungs, for
@@ -177,14 +180,14 @@ rung_reason:
   type: str
 findings:
   description: The facts the rung was chosen from (container_status, service_active, holders, stuck,
-    gpu_excess_without_process, host_memory_only, reboot_signals).
+    gpu_excess_without_process, host_memory_only, reboot_signals, recovery_reset).
   returned: always
   type: dict
 evidence:
   description:
     - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
       ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log, shm_leftovers,
-      nvlink_peers, samples.
+      nvlink_peers, recovery_actions (the driver's gpu_recovery_action per GPU), samples.
   returned: always
   type: dict
 """
@@ -262,8 +265,19 @@ def _slim(proc):
     return {k: proc.get(k) for k in keys}
 
 
+def read_recovery_actions(runner, smi, failed):
+    """The driver's gpu_recovery_action per GPU (gpu_recovery.parse_recovery_actions); skipped when nvidia-smi failed."""
+    if not smi or failed:
+        return {"supported": False, "actions": {}, "error": None}
+    rc, out, err, hung = runner.run([smi, "--query-gpu=index,gpu_recovery_action", "--format=csv,noheader"])
+    if hung:
+        return {"supported": True, "actions": {}, "error": "nvidia-smi --query-gpu=gpu_recovery_action timed out"}
+    return gr.parse_recovery_actions(rc, out, err)
+
+
 def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
     gpus, apps, smi_error, hung = read_gpus(runner, smi)
+    recovery = read_recovery_actions(runner, smi, smi_error or hung)
     scan = gr.scan_processes(vmid, "/", uvm_majors)
     owner_of = {}
     for app in apps:
@@ -299,6 +313,7 @@ def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
         "gpus": gpus,
         "nvidia_smi_error": smi_error,
         "nvidia_smi_hung": hung,
+        "recovery_actions": recovery,
         "ct_processes": ct_procs,
         "ct_holders": ct_holders,
         "ct_stuck": ct_odd,
@@ -425,6 +440,12 @@ def diagnose(module):
         reboot_signals.append("nvidia-smi hung")
     if last["nvidia_smi_error"] and "exited 15" in last["nvidia_smi_error"]:
         reboot_signals.append("a GPU has fallen off the bus (nvidia-smi rc 15)")
+    recovery_classes = {g: gr.recovery_action_class(last["recovery_actions"]["actions"].get(g))
+                        for g in container["gpus"]} if last["recovery_actions"].get("supported") \
+        and not last["recovery_actions"].get("error") else {}
+    asks_reboot = sorted(g for g, kind in recovery_classes.items() if kind == "reboot")
+    if asks_reboot:
+        reboot_signals.append("the driver's recovery action for GPU(s) %s is a reboot" % asks_reboot)
     bad_xids = sorted(set(kernel["xids"]) & gr.REBOOT_XIDS)
     if bad_xids:
         reboot_signals.append("kernel Xid %s" % ", ".join(str(x) for x in bad_xids))
@@ -442,6 +463,7 @@ def diagnose(module):
         "gpu_excess_without_process": excess_no_proc,
         "host_memory_only": host_only,
         "reboot_signals": reboot_signals,
+        "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
     }
     rung, why = gr.choose_rung(diag, p["after_rung"])
     for e in evaluations:
@@ -470,6 +492,7 @@ def diagnose(module):
         "shm_leftovers": shm,
         "nvlink_peers": {str(k): v for k, v in nvlink.items()},
         "nvidia_smi_error": last["nvidia_smi_error"],
+        "recovery_actions": {str(k): v for k, v in last["recovery_actions"]["actions"].items()},
         "samples": [{"time": s["time"], "clean": e["clean"], "reasons": e["reasons"]} for s, e in zip(samples, evaluations)],
     }
     summary = "%s: CT %d (%s), %s" % (
@@ -494,6 +517,7 @@ def diagnose(module):
             "gpu_excess_without_process": excess_no_proc,
             "host_memory_only": host_only,
             "reboot_signals": reboot_signals,
+            "recovery_reset": diag["recovery_reset"],
         },
         "evidence": evidence,
     }

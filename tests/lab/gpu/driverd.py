@@ -36,6 +36,10 @@ SOCK_DIR = "/run/nvidia-lab"
 SOCK_PATH = SOCK_DIR + "/driver.sock"
 RUN_DIR = "/run/inferops-lab/gpu"
 STATE_PATH = RUN_DIR + "/driverd-state.json"
+# The values nvidia-smi prints for gpu_recovery_action (NVML nvmlDeviceGpuRecoveryAction_t, NVIDIA's Error Recovery
+# and Response Flags, docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt: None, Reset, Reboot, Drain P2P, and
+# Drain and Reset from NVML's enum).
+RECOVERY_ACTIONS = ("None", "Reset", "Reboot", "Drain P2P", "Drain and Reset")
 CONFIG_PATH = "/var/lib/inferops-lab/gpu/config.json"
 
 # PCI bus numbers of a typical 8-GPU PCIe server (2 sockets x 4 GPUs).
@@ -249,6 +253,9 @@ class Driver:
         self.pm = [cfg["persistence_mode"]] * len(self.gpus)
         self.allocs = {}          # handle -> dict
         self.driver_held = {}     # str(pidns inode) -> {"since": t, "label": str}
+        # gpu_recovery_action per GPU (NVML nvmlDeviceGpuRecoveryAction_t): "None" unless a fault set it; a GPU
+        # reset clears "Reset" (NVIDIA, Error Recovery and Response Flags: reset with nvidia-smi -r, then usable).
+        self.recovery = ["None"] * len(self.gpus)
         self.seq = 0
         self.my_pidns = pidns_of(os.getpid())
         self.my_userns = userns_of(os.getpid())
@@ -267,13 +274,15 @@ class Driver:
         self.allocs = s.get("allocs", {})
         self.driver_held = s.get("driver_held", {})
         self.seq = s.get("seq", 0)
+        if len(s.get("recovery", [])) == len(self.gpus):
+            self.recovery = s["recovery"]
 
     def save(self):
         os.makedirs(RUN_DIR, exist_ok=True)
         tmp = STATE_PATH + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"driver_version": self.cfg["driver_version"], "pm": self.pm, "allocs": self.allocs,
-                       "driver_held": self.driver_held, "seq": self.seq}, f)
+                       "driver_held": self.driver_held, "seq": self.seq, "recovery": self.recovery}, f)
         os.replace(tmp, STATE_PATH)
 
     @staticmethod
@@ -366,7 +375,7 @@ class Driver:
             d = dict(g)
             d.update({"memory_used_mib": used,
                       "memory_free_mib": max(0, g["memory_total_mib"] - g["memory_reserved_mib"] - used),
-                      "persistence_mode": self.pm[i], "processes": plist})
+                      "persistence_mode": self.pm[i], "recovery_action": self.recovery[i], "processes": plist})
             if not in_container:
                 d["driver_retained_mib"] = -(-retained // MIB)
             gpus.append(d)
@@ -450,11 +459,21 @@ class Driver:
         for h, a in list(self.allocs.items()):
             if a["gpu"] in targets:
                 del self.allocs[h]
+        for i in targets:
+            if self.recovery[i] in ("Reset", "Drain and Reset"):
+                self.recovery[i] = "None"
         self.save()
         return {"ok": True, "reset": [{"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"]} for i in targets]}
 
     # ---- lab-only ops (host root only), used by fault.py
     def op_fault_set(self, req):
+        if req.get("fault") == "recovery_action":
+            gpu, action = req.get("gpu"), req.get("action")
+            if not isinstance(gpu, int) or not 0 <= gpu < len(self.gpus) or action not in RECOVERY_ACTIONS:
+                return {"ok": False, "error": "need gpu 0..%d and action in %s" % (len(self.gpus) - 1, RECOVERY_ACTIONS)}
+            self.recovery[gpu] = action
+            self.save()
+            return {"ok": True}
         if req.get("fault") != "driver_held":
             return {"ok": False, "error": "unknown fault"}
         until = req.get("until", "namespace")
@@ -466,7 +485,10 @@ class Driver:
         return {"ok": True}
 
     def op_fault_clear(self, req):
-        """Drop driver_held flags (all, or one pidns) and the memory they retain."""
+        """Drop driver_held flags (all, or one pidns) and the memory they retain; recovery actions of the given
+        GPUs (all GPUs when none are given)."""
+        for i in req.get("gpus") or (range(len(self.gpus)) if req.get("pidns") is None else []):
+            self.recovery[int(i)] = "None"
         ns = req.get("pidns")
         for k in list(self.driver_held):
             if ns is None or k == str(ns):
@@ -478,7 +500,7 @@ class Driver:
         return {"ok": True}
 
     def op_fault_list(self, req):
-        return {"ok": True, "driver_held": self.driver_held}
+        return {"ok": True, "driver_held": self.driver_held, "recovery_action": self.recovery}
 
     def op_allocations(self, req):
         return {"ok": True, "allocations": self.allocs}

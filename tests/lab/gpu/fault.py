@@ -6,6 +6,7 @@
     fault.py inject escaped-workers  --vmid 129 [--gpus 0,1] [--mib 1024] [--names pt_main_thread,python3]
     fault.py inject driver-held      --vmid 129
     fault.py inject stuck            --vmid 129 [--gpu 0] [--mib 4096]
+    fault.py inject recovery-action  --vmid 129 [--gpu 0] [--action Reset]
     fault.py clear [--vmid 129]
 
 Containers are LXC containers named by VMID (entered with lxc-attach; `--lxcpath` or LABGPU_LXCPATH
@@ -39,6 +40,9 @@ FAULTS = {
     "driver-leak": "like driver-held, but the memory outlives the CT's processes and the CT itself: only a GPU "
                    "reset from the host frees it (NVIDIA: leftover memory with no process is a driver issue, "
                    "nvidia-docker#572; nvidia-smi -r clears state that would otherwise need a reboot)",
+    "recovery-action": "the driver sets gpu_recovery_action of one of the CT's GPUs (default Reset), as after an "
+                       "uncorrectable error; a GPU reset clears Reset and Drain and Reset (NVIDIA, Error Recovery and "
+                       "Response Flags: terminate the GPU's processes, nvidia-smi -r, then it can be used again)",
     "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
              "the FUSE connection is aborted from the host (gpu-recovery.md §1.2 b, Rung 3)",
 }
@@ -247,6 +251,20 @@ def clear_driver_held(vmid, rec):
     driver({"op": "fault_clear", "pidns": rec["pidns"]})
 
 
+def inject_recovery_action(vmid, ipid, a):
+    gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+    if not gpus:
+        raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
+    rep = driver({"op": "fault_set", "fault": "recovery_action", "gpu": gpus[0], "action": a.action})
+    if not rep.get("ok"):
+        raise FaultError(rep.get("error", "driver refused"))
+    return {"gpu": gpus[0], "action": a.action}
+
+
+def clear_recovery_action(vmid, rec):
+    driver({"op": "fault_clear", "gpus": [rec["gpu"]]})
+
+
 def ensure_fusectl():
     if not os.path.ismount(FUSECTL):
         subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], check=False)
@@ -320,9 +338,10 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "escaped-workers": lambda v, r: clear_processes(r),
          "driver-held": clear_driver_held,
          "driver-leak": clear_driver_held,
+         "recovery-action": clear_recovery_action,
          "stuck": clear_stuck}
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
-          "driver-held": inject_driver_held, "stuck": inject_stuck,
+          "driver-held": inject_driver_held, "stuck": inject_stuck, "recovery-action": inject_recovery_action,
           "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset")}
 
 
@@ -394,7 +413,9 @@ def main(argv):
     pi.add_argument("name", choices=sorted(FAULTS))
     pi.add_argument("--vmid", required=True)
     pi.add_argument("--gpus", help="escaped-workers: GPU indexes (default: every GPU the CT has)")
-    pi.add_argument("--gpu", type=int, help="stuck: GPU index (default: the CT's first GPU)")
+    pi.add_argument("--gpu", type=int, help="stuck, recovery-action: GPU index (default: the CT's first GPU)")
+    pi.add_argument("--action", default="Reset", choices=driverd.RECOVERY_ACTIONS[1:],
+                    help="recovery-action: the value the driver reports (Reset)")
     pi.add_argument("--mib", type=int, default=None, help="MiB per worker (1024; stuck: 4096)")
     pi.add_argument("--names", default="pt_main_thread,python3", help="escaped-workers: process names")
     pc = sub.add_parser("clear")

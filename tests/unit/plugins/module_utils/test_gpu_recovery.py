@@ -429,3 +429,29 @@ def test_wait_until():
     values = iter([False, False, True])
     assert gr.wait_until(lambda: next(values), 10, 1, sleep=lambda s: None, clock=lambda: next(ticks))
     assert not gr.wait_until(lambda: False, 2, 1, sleep=lambda s: None, clock=lambda: next(ticks))
+
+
+# --------------------------------------------------------------------------- the driver's recovery action
+
+def test_parse_recovery_actions():
+    got = gr.parse_recovery_actions(0, "0, None\n1, Reset\n2, [GPU is lost]\n3, Node Reboot\n")
+    assert got == {"supported": True, "error": None, "actions": {0: "None", 1: "Reset", 2: None, 3: "Node Reboot"}}
+    old = gr.parse_recovery_actions(2, 'Field "gpu_recovery_action" is not a valid field to query.\n\n')
+    assert old["supported"] is False and old["actions"] == {}
+    broken = gr.parse_recovery_actions(255, "", "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error")
+    assert broken["supported"] is True and "Unknown Error" in broken["error"]
+
+
+@pytest.mark.parametrize("value,kind", [("None", "ok"), ("Reset", "reset"), ("Drain P2P", "reset"),
+                                        ("Drain and Reset", "reset"), ("Node Reboot", "reboot"),
+                                        ("System Reboot", "reboot"), (None, "unknown"), ("Recover IMEX Domain", "unknown")])
+def test_recovery_action_class(value, kind):
+    assert gr.recovery_action_class(value) == kind
+
+
+def test_a_gpu_reset_asked_by_the_driver_stops_the_container_first_then_resets():
+    diag = {"clean": False, "container_status": "running", "service_active": True, "recovery_reset": True}
+    assert gr.choose_rung(diag)[0] == gr.RUNG_STOP_CONTAINER
+    stopped = dict(diag, container_status="stopped", service_active=False)
+    assert gr.choose_rung(stopped, after_rung=gr.RUNG_STOP_CONTAINER)[0] == gr.RUNG_RESET_GPUS
+    assert gr.choose_rung(stopped, after_rung=gr.RUNG_RESET_GPUS)[0] == gr.RUNG_REBOOT

@@ -20,7 +20,7 @@ DECLARED = [{"host": "ct9876", "vmid": VMID, "node_host": "pve1"}]
 
 
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
-        declared=None, allow_undeclared=False):
+        declared=None, allow_undeclared=False, action6="None", action_rc=0):
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -37,6 +37,10 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
             return 0, "dev0: /dev/nvidia6\ndev1: /dev/nvidia7\nmemory: 4096\n", ""
         if "exec" in cmd:
             return 0, "ActiveState=%s\nSubState=dead\nUnitFileState=disabled\nMainPID=0\nLoadState=loaded\n" % service, ""
+        if "--query-gpu=index,gpu_recovery_action" in cmd:
+            if action_rc:
+                return action_rc, 'Field "gpu_recovery_action" is not a valid field to query.\n\n', ""
+            return 0, "6, %s\n7, None\n" % action6, ""
         if any(a.startswith("--query-gpu") for a in cmd):
             return (smi_rc, "" if smi_rc else GPU_CSV.format(used6=used6), "")
         if any(a.startswith("--query-compute-apps") for a in cmd):
@@ -113,3 +117,23 @@ def test_stale_baseline_is_refused(monkeypatch, capsys, tmp_path):
 def test_failed_pct_config_is_refused(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path, config_rc=2)
     assert res["failed"] is True and "unknown is not clean" in res["msg"] and "CT is locked (backup)" in res["msg"]
+
+
+@pytest.mark.parametrize("action,rung,reason", [
+    ("Reset", 4, "the GPU must be reset"),
+    ("Drain and Reset", 4, "the GPU must be reset"),
+    ("Node Reboot", 6, "the node must be rebooted"),
+    ("[Unknown Error]", 4, "unreadable: it cannot be judged clean"),
+])
+def test_the_drivers_recovery_action_is_part_of_the_gate(monkeypatch, capsys, tmp_path, action, rung, reason):
+    res = run(monkeypatch, capsys, tmp_path, action6=action)
+    assert res["verdict"] == "Not clean"
+    assert any(r.startswith("GPU 6: the driver's recovery action is") and reason in r for r in res["reasons"]), res["reasons"]
+    assert res["recommended_rung"] == rung
+    assert res["evidence"]["recovery_actions"]["6"] == (None if action.startswith("[") else action)
+
+
+def test_a_driver_without_the_recovery_action_field_is_noted_not_judged(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, action_rc=2)
+    assert res["verdict"] == "Clean"
+    assert any(n.startswith("gpu_recovery_action not checked") for n in res["notes"])
