@@ -854,7 +854,8 @@ def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Map
     ``all_procs`` must be every process on the host (``scan_processes(...)["all"]``), not only the
     container's: a process started by a non-interactive ``pct exec`` keeps the host caller's process
     group, and only the host's members of that group tell that ``kill(-pgid)`` would reach the host.
-    Returns {"groups": [pgid], "pids": [pid], "skipped": [{pid, why}]}.
+    Returns {"groups": [pgid], "pids": [pid], "starttimes": {pid: starttime}, "skipped": [{pid, why}]};
+    ``send_signal`` signals each of ``pids`` only while its start time is still the planned one.
     """
     by_pgid: dict[int, list[Mapping[str, Any]]] = {}
     for p in all_procs:
@@ -886,12 +887,52 @@ def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Map
         else:
             pids.add(pid)
     in_groups = {int(m["pid"]) for g in groups for m in by_pgid.get(g, [])}
-    return {"groups": sorted(groups), "pids": sorted(pids - in_groups), "skipped": skipped}
+    starts = {int(t["pid"]): t.get("starttime") for t in targets}
+    left = sorted(pids - in_groups)
+    return {"groups": sorted(groups), "pids": left, "starttimes": {p: starts.get(p) for p in left},
+            "skipped": skipped}
+
+
+def signal_pid(pid: int, starttime: Optional[int], sig: int, root: str = "/") -> str:
+    """Signal one process only if it is still the planned one: "sent", "gone" or "reused".
+
+    A pidfd (pidfd_open, Linux 5.3) pins the process it was opened for; its start time read after opening tells
+    whether that is the process that was planned (same PID and start time) or a new one that reused the PID, so a
+    reused PID is never hit. Without pidfds (older kernel or Python) the start time is checked right before kill(2).
+    """
+    fd = None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return "gone"
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        st = parse_stat(_read(os.path.join(root, "proc/%d/stat" % pid)))
+        if st is None or st["state"] in ("Z", "X"):
+            return "gone"
+        if starttime is not None and st["starttime"] != starttime:
+            return "reused"
+        if fd is not None:
+            _signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return "sent"
+    except ProcessLookupError:
+        return "gone"
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def send_signal(plan: Mapping[str, Any], sig: int, kill_fn: Callable[[int, int], None] = os.kill) -> list[str]:
-    """Send ``sig`` to the planned process groups (``kill(-pgid)``) and PIDs. Returns errors (ESRCH ignored)."""
+    """Send ``sig`` to the planned process groups (``kill(-pgid)``) and PIDs. Returns errors (ESRCH ignored).
+
+    A PID with a planned start time (``plan["starttimes"]``) is signalled through ``signal_pid``: never a process
+    that reused the PID since the plan; a reused one is reported as an error, not signalled.
+    """
     errors: list[str] = []
+    starts = plan.get("starttimes") or {}
     for pgid in plan.get("groups", []):
         try:
             kill_fn(-int(pgid), sig)
@@ -900,6 +941,13 @@ def send_signal(plan: Mapping[str, Any], sig: int, kill_fn: Callable[[int, int],
         except OSError as exc:
             errors.append("kill(-%s, %s): %s" % (pgid, sig, exc))
     for pid in plan.get("pids", []):
+        if starts.get(pid) is not None:
+            try:
+                if signal_pid(int(pid), starts[pid], sig) == "reused":
+                    errors.append("PID %s was reused by another process since the plan: not signalled" % pid)
+            except OSError as exc:
+                errors.append("pidfd_send_signal(%s, %s): %s" % (pid, sig, exc))
+            continue
         try:
             kill_fn(int(pid), sig)
         except ProcessLookupError:

@@ -10,7 +10,7 @@ from conftest import LABCTL, labctl
 
 def bystander() -> tuple[int, str]:
     out = labctl("status").stdout
-    line = [l for l in out.splitlines() if l.startswith("bystander CT 130")][0]
+    line = [l for l in out.splitlines() if l.startswith("bystander CT 130: ")][0]
     pid = int(line.split("host pid ")[1].split(",")[0])
     heartbeat = line.split("heartbeat ")[1].split(" (")[0]
     return pid, heartbeat
@@ -34,7 +34,12 @@ def test_second_up_is_a_noop_and_bystander_survives(lab):
 def test_bystander_is_an_unprivileged_ct_with_small_memory(lab):
     with open("/etc/pve/lxc/130.conf") as f:
         conf = f.read()
-    assert "memory: 256\n" in conf and "unprivileged: 1\n" in conf and "dev" not in conf
+    assert "memory: 256\n" in conf and "unprivileged: 1\n" in conf
+    # Its own GPU work: GPU 4 passed as dev0, a process holding 512 MiB on it (what recovery of CT 129 must not touch).
+    assert "dev0: /dev/nvidia4\n" in conf
+    out = labctl("status").stdout
+    line = [l for l in out.splitlines() if l.startswith("bystander CT 130 GPU:")][0]
+    assert "GPU 4 512 MiB" in line and "NOT RUNNING" not in line, line
 
 
 def test_refuses_a_real_pve_node(lab):

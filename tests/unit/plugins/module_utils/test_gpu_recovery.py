@@ -325,7 +325,7 @@ def test_pids_to_signal_never_the_init_group():
     init = P(5000, 5000, nspid=[5000, 1])
     child = P(5001, 5000)  # in the init's process group
     plan = gr.pids_to_signal([child], [init, child], 131, 5000)
-    assert plan == {"groups": [], "pids": [5001], "skipped": []}
+    assert plan == {"groups": [], "pids": [5001], "starttimes": {5001: 1}, "skipped": []}
 
 
 def test_send_signal_uses_negative_pgid_and_ignores_esrch():
@@ -455,3 +455,43 @@ def test_a_gpu_reset_asked_by_the_driver_stops_the_container_first_then_resets()
     stopped = dict(diag, container_status="stopped", service_active=False)
     assert gr.choose_rung(stopped, after_rung=gr.RUNG_STOP_CONTAINER)[0] == gr.RUNG_RESET_GPUS
     assert gr.choose_rung(stopped, after_rung=gr.RUNG_RESET_GPUS)[0] == gr.RUNG_REBOOT
+
+
+# --------------------------------------------------------------------------- signalling a planned PID (real processes)
+
+def _child():
+    import subprocess
+    proc = subprocess.Popen(["sleep", "60"])
+    st = gr.parse_stat(gr._read("/proc/%d/stat" % proc.pid))
+    return proc, st["starttime"]
+
+
+def test_signal_pid_hits_the_planned_process():
+    proc, start = _child()
+    try:
+        assert gr.signal_pid(proc.pid, start, signal.SIGKILL) == "sent"
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        proc.kill()
+
+
+def test_signal_pid_never_hits_a_reused_pid():
+    proc, start = _child()
+    try:
+        # The plan saw another process (another start time) under this PID: the one there now is not signalled.
+        assert gr.signal_pid(proc.pid, start + 1, signal.SIGKILL) == "reused"
+        assert proc.poll() is None
+        errors = gr.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start + 1}}, signal.SIGKILL)
+        assert errors and "reused" in errors[0] and proc.poll() is None
+        assert gr.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start}}, signal.SIGKILL) == []
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        proc.kill()
+    proc.wait()
+    assert gr.signal_pid(proc.pid, start, signal.SIGKILL) == "gone"
+
+
+def test_pids_to_signal_carries_the_start_times():
+    procs = [{"pid": 10, "pgid": 1, "vmid": 129, "nspid": [10, 5], "starttime": 777}]
+    plan = gr.pids_to_signal(procs, procs, 129, None)
+    assert plan["pids"] == [10] and plan["starttimes"] == {10: 777}
