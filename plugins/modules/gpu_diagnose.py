@@ -174,6 +174,11 @@ recommended_rung_name:
   description: Its name (stop_service, kill_holders, unblock_stuck, stop_container, reset_gpus, reboot_report).
   returned: always
   type: str
+rung_names:
+  description: The name of every rung, by number (0 diagnose ... 6 reboot_report), defined once in gpu_recovery.RUNG_NAMES.
+  returned: always
+  type: list
+  elements: str
 rung_reason:
   description: Why that rung.
   returned: always
@@ -507,6 +512,7 @@ def diagnose(module):
         "notes": notes,
         "recommended_rung": rung,
         "recommended_rung_name": gr.RUNG_NAMES[rung],
+        "rung_names": [gr.RUNG_NAMES[r] for r in sorted(gr.RUNG_NAMES)],
         "rung_reason": why,
         "summary": summary,
         "findings": {
