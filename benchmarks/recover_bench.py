@@ -37,9 +37,16 @@ FAULTS = {
     "driver-leak": {"setup": START + " && %s fault inject driver-leak --vmid %d && pct exec %d -- sh -c "
                              "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
                              % (LABCTL, VMID, VMID)},
+    # The driver asks for a GPU reset (gpu_recovery_action Reset) while the server runs: rungs 4 then 5.
+    "recovery-action": {"setup": START + " && %s fault inject recovery-action --vmid %d --gpu 0" % (LABCTL, VMID)},
     # The incident replayed by hand (labctl incident): TP 8 x --hicache-size 2 in the 14 GiB container; the cgroup
     # OOM-kills a rank. deploy.yml refuses this configuration, so the bench launches it the way the operator did.
-    "oom": {"setup": "%s incident --vmid %d --tp 8 --hicache-size 2 --version 0.5.9 >/dev/null" % (LABCTL, VMID)},
+    # The incident gave CT 129 eight GPUs by hand, so recover refuses deploy's two-GPU baseline as stale; the bench
+    # then does what that refusal says (no process of the CT left on the GPUs, the stale baseline removed).
+    "oom": {"setup": "%s incident --vmid %d --tp 8 --hicache-size 2 --version 0.5.9 >/dev/null && "
+                     "for i in $(seq 90); do [ -z \"$(for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); "
+                     "do grep -qs /lxc/%d/ /proc/$p/cgroup && echo $p; done)\" ] && break; sleep 1; done; "
+                     "rm -f /var/lib/inferops/baseline/%d.json" % (LABCTL, VMID, VMID, VMID)},
 }
 
 
@@ -48,6 +55,9 @@ def sh(cmd: str) -> None:
 
 
 def run_one(name: str, spec: dict) -> dict:
+    report_path = os.path.join(ROOT, "reports", "pve1", "recover-%d.json" % VMID)
+    if os.path.exists(report_path):
+        os.unlink(report_path)
     sh(spec["setup"])
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                ANSIBLE_VAULT_PASSWORD_FILE="/var/lib/inferops-lab/vault-pass")
@@ -57,7 +67,11 @@ def run_one(name: str, spec: dict) -> dict:
                           cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     subprocess.run([LABCTL, "fault", "clear", "--vmid", str(VMID)], capture_output=True)
-    with open(os.path.join(ROOT, "reports", "pve1", "recover-%d.json" % VMID), encoding="utf-8") as handle:
+    if not os.path.exists(report_path):  # refused before the ladder: no report
+        return {"fault": name, "rc": proc.returncode, "verdict": "refused", "cleared_by_rung": None, "rungs": [],
+                "playbook_wall_seconds": round(wall, 1), "to_verdict_seconds": round(wall, 1),
+                "working_rung_seconds": 0.0, "working_rung_share": None}
+    with open(report_path, encoding="utf-8") as handle:
         report = json.load(handle)
     rung = report.get("cleared_by_rung")
     worked = [r for r in report["rungs"] if r["rung"] == rung and r.get("name") != "start_container"]
