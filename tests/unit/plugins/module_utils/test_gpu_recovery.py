@@ -495,3 +495,41 @@ def test_pids_to_signal_carries_the_start_times():
     procs = [{"pid": 10, "pgid": 1, "vmid": 129, "nspid": [10, 5], "starttime": 777}]
     plan = gr.pids_to_signal(procs, procs, 129, None)
     assert plan["pids"] == [10] and plan["starttimes"] == {10: 777}
+
+
+# --------------------------------------------------------------------------- the gate cannot be loosened
+
+_SUPPORTED = {"supported": True, "error": None, "actions": {6: "None", 7: "None"}}
+
+
+def _stub(kind):
+    """One reading of an otherwise clean sample made unknown or bad; each alone must make it Not clean."""
+    gpu6 = {"index": 6, "uuid": "GPU-6", "memory_used_mib": 0, "apps": []}
+    gpu7 = {"index": 7, "uuid": "GPU-7", "memory_used_mib": 10, "apps": []}
+    return {
+        "memory.used [N/A]": sample(gpus=[gpu6, dict(gpu7, memory_used_mib=None)]),
+        "GPU row missing": sample(gpus=[gpu6]),
+        "nvidia-smi failed": sample(gpus=[], nvidia_smi_error="nvidia-smi exited 9: no driver"),
+        "nvidia-smi hung": sample(gpus=[], nvidia_smi_hung=True),
+        "recovery action unreadable": sample(recovery_actions=dict(_SUPPORTED, actions={6: "None", 7: None})),
+        "recovery action query failed": sample(recovery_actions=dict(_SUPPORTED, actions={}, error="Unknown Error")),
+        "recovery action Reset": sample(recovery_actions=dict(_SUPPORTED, actions={6: "Reset", 7: "None"})),
+        "compute app listed but gone": sample(gpus=[gpu6, dict(gpu7, apps=[{"pid": 9, "owner": "gone",
+                                                                          "used_memory_mib": 0}])]),
+        "17 MiB above baseline": sample(gpus=[gpu6, dict(gpu7, memory_used_mib=10 + 17)]),
+        "a holder in the container": sample(ct_holders=[{"pid": 5, "comm": "python3"}]),
+        "a stuck process": sample(ct_stuck=[{"pid": 5, "comm": "python3", "class": "stuck_fuse"}]),
+    }[kind]
+
+
+def test_the_clean_sample_the_stubs_start_from_is_clean():
+    assert gr.evaluate_sample(sample(recovery_actions=_SUPPORTED), BASE, TOL)["clean"]
+
+
+@pytest.mark.parametrize("kind", ["memory.used [N/A]", "GPU row missing", "nvidia-smi failed", "nvidia-smi hung",
+                                  "recovery action unreadable", "recovery action query failed",
+                                  "recovery action Reset", "compute app listed but gone", "17 MiB above baseline",
+                                  "a holder in the container", "a stuck process"])
+def test_any_unknown_or_bad_reading_alone_is_not_clean(kind):
+    e = gr.evaluate_sample(_stub(kind), BASE, TOL)
+    assert not e["clean"] and e["reasons"], kind
