@@ -292,8 +292,8 @@ def reset_gpus(module, vmid, smi, result):
     if rc != 0:
         module.fail_json(msg="nvidia-smi --query-gpu failed (rc %d): %s" % (rc, (err or out).strip()), **result)
     rows = {g["index"]: g for g in gpu_facts.parse_gpu_csv(out)}
-    rc, out, err = run_smi(module, smi, ["topo", "-m"], t)
-    peers = gr.parse_topo_nvlink(out) if rc == 0 else {}
+    topo_rc, out, err = run_smi(module, smi, ["topo", "-m"], t)
+    peers = gr.parse_topo_nvlink(out) if topo_rc == 0 else {}
     wanted = sorted(set(p["gpus"] or []))
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
     holders = gr.scan_processes(vmid, "/", gr.uvm_majors())["nvidia_holders"]
@@ -338,7 +338,7 @@ def reset_gpus(module, vmid, smi, result):
         plan.append({"gpus": group, "persistence_mode_enabled": pm_on,
                      "extra_nvlink_peers": [g for g in group if g not in wanted]})
     result["planned"] = {"action": "reset_gpus", "nvlink_peers": {str(k): v for k, v in peers.items()},
-                         "nvlink_known": rc == 0, "groups": plan}
+                         "nvlink_known": topo_rc == 0, "groups": plan}
     if module.check_mode or not plan:
         result["changed"] = bool(plan) and module.check_mode
         return

@@ -210,3 +210,32 @@ def test_state_survives_daemon_restart():
     finally:
         h.stop()
     assert t.gpu_used(GPU) == base
+
+
+def _restart_driver(env_topology=None):
+    """labgpu up restarts the daemon when its settings change (LABGPU_TOPOLOGY); the driver state survives."""
+    env = dict(os.environ)
+    env.pop("LABGPU_TOPOLOGY", None)
+    if env_topology:
+        env["LABGPU_TOPOLOGY"] = env_topology
+    r = t.run([t.LABGPU, "up"], env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_topo_matrix_pcie_node_and_nvswitch_node():
+    # The lab's node is a PCIe server: two sockets of four GPUs, no NVLink (what recover then resets GPU by GPU).
+    r = t.smi("topo", "-m")
+    assert r.returncode == 0, r.stdout
+    lines = r.stdout.splitlines()
+    assert lines[0] == "\t" + "\t".join("GPU%d" % i for i in range(8)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    assert lines[1].split("\t")[:9] == ["GPU0", " X ", "NODE", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"]
+    assert "NV" not in "".join(lines[1:9]) and "  NV#  = Connection traversing a bonded set of # NVLinks" in lines
+    assert t.smi("topo").returncode == 2
+    # An HGX board (LABGPU_TOPOLOGY=nvswitch): every pair joined by 18 NVLinks, so a reset takes all eight.
+    try:
+        _restart_driver("nvswitch")
+        row = t.smi("topo", "-m").stdout.splitlines()[1].split("\t")
+        assert row[:9] == ["GPU0", " X "] + ["NV18"] * 7
+    finally:
+        _restart_driver()
+    assert t.smi("topo", "-m").stdout.splitlines()[1].split("\t")[2] == "NODE"

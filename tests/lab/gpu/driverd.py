@@ -55,6 +55,9 @@ DEFAULTS = {
     "other_driver_version": "580.82.07",
     "persistence_mode": "Enabled",
     "uvm_major": 510,
+    # What `nvidia-smi topo -m` shows: "pcie" (2 sockets x 4 GPUs, no NVLink, as _BUSES) or "nvswitch" (an HGX
+    # board: every GPU pair joined by 18 NVLinks through the NVSwitches).
+    "topology": "pcie",
 }
 _ENV = {
     "gpu_count": ("LABGPU_COUNT", int),
@@ -66,6 +69,7 @@ _ENV = {
     "other_driver_version": ("LABGPU_OTHER_DRIVER_VERSION", str),
     "persistence_mode": ("LABGPU_PERSISTENCE_MODE", str),
     "uvm_major": ("LABGPU_UVM_MAJOR", int),
+    "topology": ("LABGPU_TOPOLOGY", str),
 }
 
 
@@ -380,7 +384,8 @@ class Driver:
                 d["driver_retained_mib"] = -(-retained // MIB)
             gpus.append(d)
         return {"ok": True, "driver_version": self.cfg["driver_version"], "cuda_version": self.cfg["cuda_version"],
-                "in_container": in_container, "gpus": gpus}
+                "in_container": in_container, "gpus": gpus,
+                "topology": "nvswitch" if str(self.cfg.get("topology")).lower() == "nvswitch" else "pcie"}
 
     def op_alloc(self, req, pid):
         try:
