@@ -76,10 +76,10 @@ def container_gpus(vmid: int, config_rc: int, config_gpus: Sequence[int], config
     if baseline_gpus is not None and baseline_gpus and sorted(set(int(g) for g in baseline_gpus)) != gpus:
         raise ScopeError(
             "the baseline %s is stale: it was recorded for GPUs %s, but pct config %d now passes GPUs %s. Judging or "
-            "resetting by it could touch GPUs that are now another container's. Re-record it: run playbooks/deploy.yml "
-            "for this container (it records the baseline at idle), or, if deploy does not manage it, remove %s "
-            "after checking with nvidia-smi that GPUs %s are idle. Nothing has been changed."
-            % (baseline_path, sorted(set(int(g) for g in baseline_gpus)), vmid, gpus, baseline_path, gpus))
+            "resetting by it could touch GPUs that are now another container's. Record it again for the GPUs it has "
+            "now: add -e recover_record_baseline=true (recover judges without it and, once everything else is clean, "
+            "records it at idle), or run playbooks/deploy.yml for this container. Nothing has been changed."
+            % (baseline_path, sorted(set(int(g) for g in baseline_gpus)), vmid, gpus))
     return {"gpus": gpus, "from": "pct config devN"}
 
 

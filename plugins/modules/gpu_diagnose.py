@@ -30,6 +30,9 @@ description:
     explicitly. The container's GPUs are its C(devN) (or C(lxc.mount.entry)) entries for C(/dev/nvidiaN) in
     C(pct config) now. A failing C(pct config) (GPUs unknown) or a baseline recorded for other GPUs (stale)
     fails the module with what to do; nothing is judged or changed then.
+  - Without a baseline the verdict is never C(Clean) (the GPUs' idle figures are unknown); it is C(Not clean) with
+    that reason and recommended rung 0, since no rung can change it; M(inferops.gpu_inference.gpu_baseline)
+    records one at idle.
   - The driver's C(gpu_recovery_action) of each of the container's GPUs must be C(None). C(Reset) or a drain asks
     for the ladder's GPU reset (after the container is stopped), C(Reboot) is a reboot signal, and an unreadable
     value is not clean. A driver that does not know the field is noted, not judged.
@@ -116,6 +119,12 @@ options:
     default: []
   allow_undeclared:
     description: Diagnose (and let the ladder act on) O(vmid) although no entry of O(declared) names it on O(node).
+    type: bool
+    default: false
+  ignore_baseline:
+    description:
+      - Judge without the baseline on disk (even a stale one), as recover_record_baseline does before it records a
+        new one at idle.
     type: bool
     default: false
 attributes:
@@ -205,6 +214,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
 _ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
@@ -223,20 +233,6 @@ class Runner:
         argv = [self.timeout_bin, "-k", "5", str(t)] + list(args) if self.timeout_bin else list(args)
         rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
         return rc, out, err, rc in (124, 137) and self.timeout_bin is not None
-
-
-def load_baseline(directory, vmid):
-    path = os.path.join(directory, "%d.json" % vmid)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return path, None, None
-    except (OSError, ValueError) as exc:
-        return path, None, "unreadable baseline %s: %s" % (path, exc)
-    if not isinstance(data, dict):
-        return path, None, "baseline %s is not a JSON object" % path
-    return path, data, None
 
 
 def read_gpus(runner, smi):
@@ -350,12 +346,15 @@ def diagnose(module):
     st = gr.parse_pct_status(out)
     container["status"], container["init_pid"] = st["status"], st["pid"]
     rc, out, err, hung = runner.run([pct, "config", str(vmid)])
-    baseline_path, baseline, baseline_error = load_baseline(p["baseline_dir"], vmid)
+    baseline_path, baseline, baseline_error = recover_baseline.load(p["baseline_dir"], vmid)
     if baseline_error:
         notes.append(baseline_error)
-    baseline_gpus = None
-    if baseline and baseline.get("gpus"):
-        baseline_gpus = [int(g["index"]) for g in baseline["gpus"] if g.get("index") is not None]
+    if p["ignore_baseline"] and baseline is not None:
+        # recover_record_baseline: the baseline on disk (stale, or from another layout) is judged without, and
+        # recorded again at idle once everything else is clean.
+        notes.append("baseline %s set aside (record_baseline): judged without it" % baseline_path)
+        baseline = None
+    baseline_gpus = recover_baseline.gpus_of(baseline)
     try:
         gpus = recover_scope.container_gpus(vmid, rc, gr.parse_pct_config_gpus(out) if rc == 0 else [],
                                             "timed out" if hung else (err or out), baseline_gpus, baseline_path)
@@ -365,6 +364,10 @@ def diagnose(module):
     if baseline is None:
         notes.append("no baseline at %s: GPU baseline 0 MiB and no compute apps; host memory judged without a baseline"
                      % baseline_path)
+    # Without a baseline the gate cannot know the GPUs' idle figures: never Clean, but no rung can change that either.
+    missing_baseline = ("no baseline at %s: without the GPUs' idle figures the gate cannot say Clean; record it at "
+                        "idle with -e recover_record_baseline=true (or run deploy.yml for this container)"
+                        % baseline_path) if baseline is None else None
 
     running = container["status"] == "running"
     service = {"name": p["service"], "checked": False}
@@ -471,6 +474,8 @@ def diagnose(module):
         "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
     }
     rung, why = gr.choose_rung(diag, p["after_rung"])
+    if clean and missing_baseline:
+        why = "nothing a rung can change: %s" % missing_baseline
     for e in evaluations:
         for n in e["notes"]:
             if n not in notes:
@@ -504,11 +509,15 @@ def diagnose(module):
         verdict, vmid, container["status"],
         "; ".join(failing["reasons"]) if not clean else "GPUs %s at baseline with no compute apps, host memory %s" % (
             container["gpus"], "within tolerance of the baseline" if baseline else "above the no-baseline floor"))
+    reasons = [] if clean else list(failing["reasons"])
+    if missing_baseline:
+        verdict, reasons = "Not clean", reasons + [missing_baseline]
+        summary = "%s: CT %d (%s), %s" % (verdict, vmid, container["status"], "; ".join(reasons))
     return {
         "changed": False,
         "verdict": verdict,
-        "clean": clean,
-        "reasons": [] if clean else failing["reasons"],
+        "clean": clean and not missing_baseline,
+        "reasons": reasons,
         "notes": notes,
         "recommended_rung": rung,
         "recommended_rung_name": gr.RUNG_NAMES[rung],
@@ -524,6 +533,7 @@ def diagnose(module):
             "host_memory_only": host_only,
             "reboot_signals": reboot_signals,
             "recovery_reset": diag["recovery_reset"],
+            "baseline_missing": missing_baseline is not None,
         },
         "evidence": evidence,
     }
@@ -551,6 +561,7 @@ def main():
             node=dict(type="str", required=True),
             declared=dict(type="list", elements="dict", default=[]),
             allow_undeclared=dict(type="bool", default=False),
+            ignore_baseline=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -129,6 +129,8 @@ def test_baseline_recorded():
     assert base["vmid"] == VMID and base["service"] == "sglang.service"
     assert [g["index"] for g in base["gpus"]] == [0, 1]
     assert base["container_memory_mib"] == 14336
+    # Recorded at idle (gpu_baseline refuses leftovers): each GPU's idle figure, at most 16 MiB.
+    assert all(0 <= g["memory_used_mib"] <= 16 for g in base["gpus"]), base["gpus"]
 
 
 def test_bystander_untouched():

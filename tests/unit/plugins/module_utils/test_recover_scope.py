@@ -56,7 +56,7 @@ def test_stale_baseline_is_refused_with_how_to_rerecord():
         rs.container_gpus(129, 0, list(range(8)), "", [0, 1], "/var/lib/inferops/baseline/129.json")
     msg = str(exc.value)
     assert "stale" in msg and "[0, 1]" in msg and "[0, 1, 2, 3, 4, 5, 6, 7]" in msg
-    assert "playbooks/deploy.yml" in msg and "remove /var/lib/inferops/baseline/129.json" in msg
+    assert "playbooks/deploy.yml" in msg and "-e recover_record_baseline=true" in msg
 
 
 def test_failed_pct_config_is_refused_not_an_empty_gpu_list():

@@ -17,10 +17,14 @@ GPU_CSV = ("6, NVIDIA RTX PRO 6000, 97887, {used6}, GPU-6, 00000000:DB:00.0, 580
 
 
 DECLARED = [{"host": "ct9876", "vmid": VMID, "node_host": "pve1"}]
+# What gpu_baseline records for GPUs 6 and 7 at idle (MemAvailable 1 byte: any host passes).
+BASE67 = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0},
+                                 {"index": 7, "uuid": "GPU-7", "memory_used_mib": 0}],
+          "host": {"mem_available_bytes": 1, "shmem_bytes": 0, "mlocked_bytes": 0}}
 
 
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
-        declared=None, allow_undeclared=False, action6="None", action_rc=0):
+        declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False):
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -50,17 +54,20 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
     monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
     with patch_module_args({"vmid": VMID, "node": "pve1", "declared": DECLARED if declared is None else declared,
-                            "allow_undeclared": allow_undeclared, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
+                            "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
                             "kernel_log": False, "_ansible_check_mode": True}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
     return json.loads(capsys.readouterr().out)
 
 
-def test_clean_without_baseline(monkeypatch, capsys, tmp_path):
+def test_without_a_baseline_never_clean_and_no_rung_to_climb(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path)
     assert res["changed"] is False
-    assert res["verdict"] == "Clean" and res["recommended_rung"] == 0
+    assert res["verdict"] == "Not clean" and res["clean"] is False and res["recommended_rung"] == 0
+    assert res["findings"]["baseline_missing"] is True
+    assert any(r.startswith("no baseline at") and "recover_record_baseline=true" in r for r in res["reasons"])
+    assert res["rung_reason"].startswith("nothing a rung can change: no baseline")
     assert res["evidence"]["container"]["gpus"] == [6, 7]
     assert res["evidence"]["container"]["gpus_from"] == "pct config devN"
     assert any("no baseline" in n for n in res["notes"])
@@ -102,7 +109,7 @@ def test_undeclared_container_is_refused_before_anything_is_read(monkeypatch, ca
 
 
 def test_undeclared_container_named_explicitly_is_diagnosed(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, tmp_path, declared=[], allow_undeclared=True)
+    res = run(monkeypatch, capsys, tmp_path, declared=[], allow_undeclared=True, baseline=BASE67)
     assert res["verdict"] == "Clean"
     assert res["evidence"]["container"]["scope"] == {"vmid": VMID, "declared_as": None, "override": True}
 
@@ -134,6 +141,14 @@ def test_the_drivers_recovery_action_is_part_of_the_gate(monkeypatch, capsys, tm
 
 
 def test_a_driver_without_the_recovery_action_field_is_noted_not_judged(monkeypatch, capsys, tmp_path):
-    res = run(monkeypatch, capsys, tmp_path, action_rc=2)
+    res = run(monkeypatch, capsys, tmp_path, action_rc=2, baseline=BASE67)
     assert res["verdict"] == "Clean"
     assert any(n.startswith("gpu_recovery_action not checked") for n in res["notes"])
+
+
+def test_record_baseline_sets_a_stale_baseline_aside(monkeypatch, capsys, tmp_path):
+    stale = {"vmid": VMID, "gpus": [{"index": 0, "uuid": "GPU-0", "memory_used_mib": 0}], "host": {}}
+    res = run(monkeypatch, capsys, tmp_path, baseline=stale, ignore_baseline=True)
+    assert "failed" not in res and res["evidence"]["container"]["gpus"] == [6, 7]
+    assert res["findings"]["baseline_missing"] is True and res["recommended_rung"] == 0
+    assert any("set aside" in n for n in res["notes"])
