@@ -57,9 +57,9 @@ def build(vmid: int, gpus: Sequence[int], gpu_rows: Sequence[Mapping[str, Any]],
         foreign_mib = sum(int(a.get("used_memory_mib") or 0) for a in on_gpu if a not in own)
         idle = int(used) - foreign_mib
         if own:
+            owners = ["CT %s" % a["owner"] if isinstance(a.get("owner"), int) else str(a.get("owner")) for a in own]
             problems.append("GPU %d has compute app(s) %s" % (index, ", ".join(
-                "%s/%s (%s)" % (a.get("pid"), a.get("process_name"), "CT %s" % a["owner"]
-                                 if isinstance(a.get("owner"), int) else a.get("owner")) for a in own)))
+                "%s/%s (%s)" % (a.get("pid"), a.get("process_name"), who) for a, who in zip(own, owners))))
         elif idle > idle_max_mib:
             problems.append("GPU %d uses %d MiB with no process of its own (idle is at most %d MiB)"
                             % (index, idle, idle_max_mib))

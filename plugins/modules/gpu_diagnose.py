@@ -206,7 +206,6 @@ evidence:
   type: dict
 """
 
-import json
 import os
 import time
 

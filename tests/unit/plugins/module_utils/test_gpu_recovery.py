@@ -514,8 +514,8 @@ def _stub(kind):
         "recovery action unreadable": sample(recovery_actions=dict(_SUPPORTED, actions={6: "None", 7: None})),
         "recovery action query failed": sample(recovery_actions=dict(_SUPPORTED, actions={}, error="Unknown Error")),
         "recovery action Reset": sample(recovery_actions=dict(_SUPPORTED, actions={6: "Reset", 7: "None"})),
-        "compute app listed but gone": sample(gpus=[gpu6, dict(gpu7, apps=[{"pid": 9, "owner": "gone",
-                                                                          "used_memory_mib": 0}])]),
+        "compute app listed but gone": sample(gpus=[gpu6, dict(gpu7, apps=[
+            {"pid": 9, "owner": "gone", "used_memory_mib": 0}])]),
         "17 MiB above baseline": sample(gpus=[gpu6, dict(gpu7, memory_used_mib=10 + 17)]),
         "a holder in the container": sample(ct_holders=[{"pid": 5, "comm": "python3"}]),
         "a stuck process": sample(ct_stuck=[{"pid": 5, "comm": "python3", "class": "stuck_fuse"}]),

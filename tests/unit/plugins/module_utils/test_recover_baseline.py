@@ -14,8 +14,8 @@ ROWS = [{"index": 0, "uuid": "GPU-0", "memory_used_mib": 3}, {"index": 1, "uuid"
 HOST = {"mem_total_bytes": 100, "mem_available_bytes": 90, "shmem_bytes": 1, "mlocked_bytes": 0, "cached_bytes": 5}
 
 
-def build(gpus, rows=ROWS, apps=(), idle=16):
-    return rb.build(129, gpus, rows, list(apps), HOST, 14336, "2026-12-01T07:00:00Z", idle)
+def build(gpus, rows=None, apps=(), idle=16):
+    return rb.build(129, gpus, ROWS if rows is None else rows, list(apps), HOST, 14336, "2026-12-01T07:00:00Z", idle)
 
 
 def test_idle_gpus_are_recorded_with_their_idle_figure():

@@ -54,7 +54,8 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
     monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
     with patch_module_args({"vmid": VMID, "node": "pve1", "declared": DECLARED if declared is None else declared,
-                            "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline, "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
+                            "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline,
+                            "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
                             "kernel_log": False, "_ansible_check_mode": True}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
