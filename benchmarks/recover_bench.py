@@ -42,11 +42,11 @@ FAULTS = {
     # The incident replayed by hand (labctl incident): TP 8 x --hicache-size 2 in the 14 GiB container; the cgroup
     # OOM-kills a rank. deploy.yml refuses this configuration, so the bench launches it the way the operator did.
     # The incident gave CT 129 eight GPUs by hand, so recover refuses deploy's two-GPU baseline as stale; the bench
-    # then does what that refusal says (no process of the CT left on the GPUs, the stale baseline removed).
+    # does what that refusal says: once no process of the CT is left on a GPU, recover_record_baseline=true.
     "oom": {"setup": "%s incident --vmid %d --tp 8 --hicache-size 2 --version 0.5.9 >/dev/null && "
                      "for i in $(seq 90); do [ -z \"$(for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); "
-                     "do grep -qs /lxc/%d/ /proc/$p/cgroup && echo $p; done)\" ] && break; sleep 1; done; "
-                     "rm -f /var/lib/inferops/baseline/%d.json" % (LABCTL, VMID, VMID, VMID)},
+                     "do grep -qs /lxc/%d/ /proc/$p/cgroup && echo $p; done)\" ] && break; sleep 1; done" % (LABCTL, VMID, VMID),
+            "extra": ["-e", "recover_record_baseline=true"]},
 }
 
 
