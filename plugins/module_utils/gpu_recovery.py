@@ -827,6 +827,33 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
     return pick(RUNG_STOP_CONTAINER, "not clean for a reason no lower rung addresses")
 
 
+def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float, after_rung: int,
+            stuck_grace_s: float, release_grace_s: float) -> tuple[bool, str]:
+    """Whether the verification after ``after_rung`` may stop polling, and why (the rest is the next rung's job).
+
+    Stops when the gate passes (recommended rung 0: clean, or only the baseline is missing), on a reboot signal,
+    when the driver asks for a GPU reset that no waiting brings (before rung 5), when processes are still stuck
+    past ``stuck_grace_s``, or when, with none stuck, GPU memory is held with no process, holders remain or the
+    container is down past ``release_grace_s`` (slow teardown, gpu-recovery.md §1.2 g). ``elapsed_s`` counts from
+    the rung's start on the node's clock.
+    """
+    if recommended_rung == RUNG_CLEAN:
+        return True, "the gate passes (or only the baseline is missing)"
+    signals = findings.get("reboot_signals") or []
+    if signals:
+        return True, "reboot signal: %s" % "; ".join(signals)
+    if findings.get("recovery_reset") and after_rung < RUNG_RESET_GPUS:
+        return True, "the driver asks for a GPU reset: waiting does not clear it"
+    stuck = int(findings.get("stuck") or 0)
+    if stuck and elapsed_s >= stuck_grace_s:
+        return True, "%d process(es) still stuck after %.0f s (grace %.0f s)" % (stuck, elapsed_s, stuck_grace_s)
+    if not stuck and elapsed_s >= release_grace_s and (
+            findings.get("gpu_excess_without_process") or int(findings.get("holders") or 0) > 0
+            or findings.get("container_status") != "running"):
+        return True, "not released after %.0f s (release grace %.0f s)" % (elapsed_s, release_grace_s)
+    return False, "waiting (%.0f s since the rung started)" % elapsed_s
+
+
 def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]:
     """The rung that follows ``after_rung`` when the preferred one was already tried."""
     running = diag.get("container_status") == "running"

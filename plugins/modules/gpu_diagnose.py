@@ -121,6 +121,19 @@ options:
     description: Diagnose (and let the ladder act on) O(vmid) although no entry of O(declared) names it on O(node).
     type: bool
     default: false
+  rung_started_at:
+    description:
+      - When the rung being verified started, in seconds since the epoch on the node's clock (the RV(node_time) of
+        the diagnosis before it). With it the result says whether the verification may stop polling (RV(settled)).
+    type: float
+  stuck_grace:
+    description: Seconds processes may stay stuck after the rung started before the next rung is taken.
+    type: float
+    default: 30
+  release_grace:
+    description: Seconds GPU memory may stay held (with no process, holders, or the container down) after the rung started.
+    type: float
+    default: 15
   ignore_baseline:
     description:
       - Judge without the baseline on disk (even a stale one), as recover_record_baseline does before it records a
@@ -181,6 +194,21 @@ recommended_rung:
   type: int
 recommended_rung_name:
   description: Its name (stop_service, kill_holders, unblock_stuck, stop_container, reset_gpus, reboot_report).
+  returned: always
+  type: str
+node_time:
+  description: The node's clock when the diagnosis ended (seconds since the epoch); the next rung's start.
+  returned: always
+  type: float
+settled:
+  description:
+    - Whether the verification of the rung that started at O(rung_started_at) may stop polling (gpu_recovery.settled)
+      - the gate passes, a reboot signal, a GPU reset the driver asks for, stuck past O(stuck_grace), or memory not
+      released past O(release_grace). Without O(rung_started_at), whether the gate passes.
+  returned: always
+  type: bool
+settled_reason:
+  description: Why it may stop, or what it waits for.
   returned: always
   type: str
 rung_names:
@@ -509,6 +537,14 @@ def diagnose(module):
         "; ".join(failing["reasons"]) if not clean else "GPUs %s at baseline with no compute apps, host memory %s" % (
             container["gpus"], "within tolerance of the baseline" if baseline else "above the no-baseline floor"))
     reasons = [] if clean else list(failing["reasons"])
+    findings_for_settled = {"reboot_signals": reboot_signals, "recovery_reset": diag["recovery_reset"],
+                            "stuck": len(stuck), "holders": len(last["ct_holders"]),
+                            "gpu_excess_without_process": excess_no_proc, "container_status": container["status"]}
+    if p["rung_started_at"] is not None:
+        settled = gr.settled(rung, findings_for_settled, time.time() - p["rung_started_at"], p["after_rung"],
+                             p["stuck_grace"], p["release_grace"])
+    else:
+        settled = (rung == gr.RUNG_CLEAN, "the gate passes" if rung == gr.RUNG_CLEAN else "not clean")
     if missing_baseline:
         verdict, reasons = "Not clean", reasons + [missing_baseline]
         summary = "%s: CT %d (%s), %s" % (verdict, vmid, container["status"], "; ".join(reasons))
@@ -523,6 +559,9 @@ def diagnose(module):
         "rung_names": [gr.RUNG_NAMES[r] for r in sorted(gr.RUNG_NAMES)],
         "rung_reason": why,
         "summary": summary,
+        "node_time": round(time.time(), 3),
+        "settled": settled[0],
+        "settled_reason": settled[1],
         "findings": {
             "container_status": container["status"],
             "service_active": service_active,
@@ -561,6 +600,9 @@ def main():
             declared=dict(type="list", elements="dict", default=[]),
             allow_undeclared=dict(type="bool", default=False),
             ignore_baseline=dict(type="bool", default=False),
+            rung_started_at=dict(type="float"),
+            stuck_grace=dict(type="float", default=30),
+            release_grace=dict(type="float", default=15),
         ),
         supports_check_mode=True,
     )

@@ -533,3 +533,23 @@ def test_the_clean_sample_the_stubs_start_from_is_clean():
 def test_any_unknown_or_bad_reading_alone_is_not_clean(kind):
     e = gr.evaluate_sample(_stub(kind), BASE, TOL)
     assert not e["clean"] and e["reasons"], kind
+
+
+# --------------------------------------------------------------------------- when a verification may stop polling
+
+@pytest.mark.parametrize("rung,findings,elapsed,after,expect", [
+    (0, {"holders": 3}, 0, 1, True),                                            # the gate passes
+    (6, {"reboot_signals": ["kernel Xid 79"]}, 0, 1, True),                     # a reboot signal
+    (4, {"recovery_reset": True, "container_status": "running"}, 0, 1, True),   # the driver asks for a reset
+    (5, {"recovery_reset": True, "container_status": "stopped"}, 0, 5, False),  # ... the reset itself may clear it
+    (3, {"stuck": 1, "container_status": "running"}, 29, 2, False),             # stuck, within the grace
+    (3, {"stuck": 1, "container_status": "running"}, 30, 2, True),              # stuck past the grace
+    (2, {"holders": 2, "container_status": "running"}, 14, 1, False),           # teardown may still be going on
+    (2, {"holders": 2, "container_status": "running"}, 15, 1, True),            # not released past the grace
+    (4, {"gpu_excess_without_process": True, "container_status": "running"}, 15, 2, True),
+    (5, {"container_status": "stopped"}, 15, 4, True),
+    (4, {"container_status": "running"}, 100, 2, False),                        # nothing the graces cover: budget
+])
+def test_settled(rung, findings, elapsed, after, expect):
+    done, why = gr.settled(rung, findings, elapsed, after, 30, 15)
+    assert done is expect, why
