@@ -72,12 +72,18 @@ def cut_run(fault: dict) -> dict:
         fired["at"] = time.monotonic()
 
     start = time.monotonic()
+    thread = None
     for line in proc.stdout:
         out.append(line)
         if not fired and re.search(fault["trigger"], line):
             fired["pending"] = True
-            threading.Thread(target=fire, daemon=True).start()
+            thread = threading.Thread(target=fire, daemon=True)
+            thread.start()
     rc = proc.wait(timeout=1800)
+    # The cut run can end before the fault's action returns (it fails as soon as the container dies, while
+    # lxc-stop --kill is still waiting for it to be gone): judge only once the action has finished.
+    if thread is not None:
+        thread.join(timeout=300)
     text = "".join(out)
     problems = []
     if "what" not in fired:
