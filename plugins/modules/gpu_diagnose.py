@@ -97,9 +97,21 @@ options:
     type: int
     default: 30
   kernel_log:
-    description: Read recent kernel messages (C(journalctl -k), else C(dmesg)) for Xid, OOM and hung-task lines.
+    description:
+      - Read the kernel log (O(kmsg_path)) and judge the C(NVRM: Xid) lines logged since the run started.
+      - A new Xid on one of the container's GPUs makes the verdict Not clean (Xid 48, 79, 119, 120, 154 are reboot
+        signals); Xids logged before the run are evidence only. An unreadable log is Not clean.
     type: bool
     default: true
+  kmsg_path:
+    description: The kernel's record device; every record carries a sequence number.
+    type: path
+    default: /dev/kmsg
+  kernel_since_seq:
+    description:
+      - The kernel log cursor of the run's first diagnosis (its RV(kernel_cursor)); records after it are new.
+      - Unset, the cursor is taken when this diagnosis starts.
+    type: int
   nvidia_smi_path:
     description: Path to C(nvidia-smi); looked up in E(PATH) by default.
     type: path
@@ -178,6 +190,12 @@ clean:
   description: Whether every sample passed the gate.
   returned: always
   type: bool
+kernel_cursor:
+  description:
+    - The kernel log's sequence number when the run started (O(kernel_since_seq) if given); pass it to the next
+      diagnosis of the same run. None when the kernel log was not read.
+  returned: always
+  type: int
 reasons:
   description: Why the last failing sample is not clean (empty when clean).
   returned: always
@@ -242,6 +260,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel as rk
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
 _ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
@@ -422,6 +441,9 @@ def diagnose(module):
         "min_available_pct": p["min_available_pct"],
         "ct_attribution_bytes": p["host_memory_attribution_bytes"],
     }
+    # The kernel log's cursor before the first sample: Xids after it (or after kernel_since_seq, the cursor of the
+    # run's first diagnosis) are new (recover_kernel).
+    kmsg_start = rk.read_kmsg(p["kmsg_path"]) if p["kernel_log"] else {"cursor": None, "error": None}
     samples = []
     evaluations = []
     stuck_keys = None
@@ -442,23 +464,27 @@ def diagnose(module):
     clean = all(e["clean"] for e in evaluations)
     failing = next((e for e in reversed(evaluations) if not e["clean"]), last_eval)
 
-    kernel = {"lines": [], "xids": [], "oom_kills_in_container": 0, "source": None}
+    kernel = {"lines": [], "xids": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
+    kernel_verdict = {"reasons": [], "reboot_signals": [], "notes": [], "new_xids": [], "old_xids": []}
     if p["kernel_log"]:
-        journalctl = module.get_bin_path("journalctl")
-        dmesg = module.get_bin_path("dmesg")
-        text = None
-        if journalctl:
-            rc, out, err, hung = runner.run([journalctl, "-k", "--since", "-2h", "--no-pager", "-q", "-o", "short-iso"], 20)
-            if rc == 0 and out.strip():
-                text, kernel["source"] = out, "journalctl -k"
-        if text is None and dmesg:
-            rc, out, err, hung = runner.run([dmesg, "-T"], 20)
-            if rc == 0:
-                text, kernel["source"] = out, "dmesg"
-        if text is not None:
-            kernel.update(gr.parse_kernel_log(text, vmid))
+        k1 = rk.read_kmsg(p["kmsg_path"])
+        since = p["kernel_since_seq"] if p["kernel_since_seq"] is not None else kmsg_start["cursor"]
+        if k1["error"] or kmsg_start["error"]:
+            # Unknown is not clean: without the kernel log the gate cannot say no Xid was logged.
+            kernel_verdict["reasons"].append("kernel log not readable (%s): the gate cannot check for new NVRM Xid "
+                                             "lines; run as root on the node" % (k1["error"] or kmsg_start["error"]))
         else:
-            notes.append("kernel log not readable (journalctl/dmesg): no Xid/OOM evidence")
+            kernel.update(gr.parse_kernel_log("\n".join(r["message"] for r in k1["records"]), vmid))
+            kernel["source"], kernel["cursor"] = p["kmsg_path"], since
+            kernel_verdict = rk.judge(k1["records"], since, {g["index"]: g.get("pci_bus_id") for g in last["gpus"]},
+                                      container["gpus"])
+            kernel["new_xids"], kernel["old_xids"] = kernel_verdict["new_xids"], kernel_verdict["old_xids"]
+            notes.extend(kernel_verdict["notes"])
+    else:
+        notes.append("kernel log not read (kernel_log=false): new Xid lines not checked")
+    if kernel_verdict["reboot_signals"]:
+        clean = False
+        failing = dict(failing, reasons=list(failing["reasons"]) + kernel_verdict["reboot_signals"])
     ct_memory = gr.container_memory(vmid, container["init_pid"], "/")
     shm = gr.shm_leftovers(container["init_pid"], "/")
     if shm:
@@ -481,9 +507,7 @@ def diagnose(module):
     asks_reboot = sorted(g for g, kind in recovery_classes.items() if kind == "reboot")
     if asks_reboot:
         reboot_signals.append("the driver's recovery action for GPU(s) %s is a reboot" % asks_reboot)
-    bad_xids = sorted(set(kernel["xids"]) & gr.REBOOT_XIDS)
-    if bad_xids:
-        reboot_signals.append("kernel Xid %s" % ", ".join(str(x) for x in bad_xids))
+    reboot_signals.extend(kernel_verdict["reboot_signals"])
     gpu_rows = last_eval["gpus"]
     excess_no_proc = any(g["excess_mib"] > p["gpu_memory_tolerance_mib"] and not any(
         a.get("owner") == vmid for a in g["compute_apps"]) for g in gpu_rows) and not last["ct_holders"]
@@ -501,8 +525,11 @@ def diagnose(module):
         "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
     }
     rung, why = gr.choose_rung(diag, p["after_rung"])
-    if clean and missing_baseline:
-        why = "nothing a rung can change: %s" % missing_baseline
+    # Reasons no rung of this container's ladder can change: a missing baseline, a new Xid that is not a reboot
+    # signal, an unreadable kernel log. They make the verdict Not clean; alone they ask for no rung.
+    unfixable = ([missing_baseline] if missing_baseline else []) + kernel_verdict["reasons"]
+    if clean and unfixable:
+        why = "nothing a rung can change: %s" % "; ".join(unfixable)
     for e in evaluations:
         for n in e["notes"]:
             if n not in notes:
@@ -545,13 +572,14 @@ def diagnose(module):
                              p["stuck_grace"], p["release_grace"])
     else:
         settled = (rung == gr.RUNG_CLEAN, "the gate passes" if rung == gr.RUNG_CLEAN else "not clean")
-    if missing_baseline:
-        verdict, reasons = "Not clean", reasons + [missing_baseline]
+    if unfixable:
+        verdict, reasons = "Not clean", reasons + unfixable
         summary = "%s: CT %d (%s), %s" % (verdict, vmid, container["status"], "; ".join(reasons))
     return {
         "changed": False,
         "verdict": verdict,
-        "clean": clean and not missing_baseline,
+        "clean": clean and not unfixable,
+        "kernel_cursor": kernel["cursor"],
         "reasons": reasons,
         "notes": notes,
         "recommended_rung": rung,
@@ -572,6 +600,7 @@ def diagnose(module):
             "reboot_signals": reboot_signals,
             "recovery_reset": diag["recovery_reset"],
             "baseline_missing": missing_baseline is not None,
+            "new_xids": [x["xid"] for x in kernel_verdict["new_xids"]],
         },
         "evidence": evidence,
     }
@@ -594,6 +623,8 @@ def main():
             after_rung=dict(type="int", default=0),
             command_timeout=dict(type="int", default=30),
             kernel_log=dict(type="bool", default=True),
+            kmsg_path=dict(type="path", default="/dev/kmsg"),
+            kernel_since_seq=dict(type="int"),
             nvidia_smi_path=dict(type="path"),
             pct_path=dict(type="path"),
             node=dict(type="str", required=True),

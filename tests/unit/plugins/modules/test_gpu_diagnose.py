@@ -24,7 +24,8 @@ BASE67 = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib"
 
 
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
-        declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False):
+        declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False, kmsg=None,
+        since=None):
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -53,10 +54,15 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
 
     monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    extra = {}
+    if kmsg is not None:
+        reads = iter(kmsg)  # what each read of the kernel log returns, in order
+        monkeypatch.setattr(gpu_diagnose.rk, "read_kmsg", lambda path: next(reads))
+        extra = {"kernel_log": True, "kernel_since_seq": since}
     with patch_module_args({"vmid": VMID, "node": "pve1", "declared": DECLARED if declared is None else declared,
                             "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline,
                             "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
-                            "kernel_log": False, "_ansible_check_mode": True}):
+                            "kernel_log": False, "_ansible_check_mode": True, **extra}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
     return json.loads(capsys.readouterr().out)
@@ -153,3 +159,38 @@ def test_record_baseline_sets_a_stale_baseline_aside(monkeypatch, capsys, tmp_pa
     assert "failed" not in res and res["evidence"]["container"]["gpus"] == [6, 7]
     assert res["findings"]["baseline_missing"] is True and res["recommended_rung"] == 0
     assert any("set aside" in n for n in res["notes"])
+
+
+def kmsg(cursor, *lines):
+    return {"records": [{"seq": seq, "usec": 0, "level": 4, "facility": 0, "message": m} for seq, m in lines],
+            "cursor": cursor, "lost": 0, "error": None}
+
+
+XID_GPU6 = "NVRM: Xid (PCI:0000:DB:00): %d, pid=1, name=python3, text"
+
+
+@pytest.mark.parametrize("xid, rung, verdict", [(13, 0, "Not clean"), (79, 6, "Not clean")])
+def test_a_new_xid_on_a_container_gpu_is_not_clean(monkeypatch, capsys, tmp_path, xid, rung, verdict):
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67,
+              kmsg=[kmsg(100, (90, XID_GPU6 % 31)), kmsg(101, (90, XID_GPU6 % 31), (101, XID_GPU6 % xid))])
+    assert res["verdict"] == verdict and res["recommended_rung"] == rung
+    assert res["kernel_cursor"] == 100 and res["findings"]["new_xids"] == [xid]
+    if rung == 0:
+        assert any("kernel Xid 13 on GPU 6" in r for r in res["reasons"])
+        assert res["rung_reason"].startswith("nothing a rung can change")
+    else:
+        assert res["findings"]["reboot_signals"] == ["kernel Xid 79 on GPU 6 since the run started"]
+
+
+def test_an_old_xid_is_evidence_and_the_cursor_is_kept(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, since=95,
+              kmsg=[kmsg(120, (90, XID_GPU6 % 79)), kmsg(120, (90, XID_GPU6 % 79))])
+    assert res["verdict"] == "Clean" and res["kernel_cursor"] == 95
+    assert any("before this run" in n for n in res["notes"])
+
+
+def test_an_unreadable_kernel_log_is_not_clean(monkeypatch, capsys, tmp_path):
+    bad = {"records": [], "cursor": None, "lost": 0, "error": "/dev/kmsg: Permission denied"}
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, kmsg=[bad, bad])
+    assert res["verdict"] == "Not clean" and res["recommended_rung"] == 0
+    assert any("kernel log not readable" in r for r in res["reasons"])

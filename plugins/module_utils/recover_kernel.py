@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, inferops
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The kernel log part of the Clean gate: NVRM Xid lines read from /dev/kmsg with a cursor.
+
+The gate must see "no new NVRM: Xid lines since recovery started" (NVIDIA, Xid Errors; docs/recover.md, "The
+Clean gate"). /dev/kmsg gives every record a sequence number (Documentation/ABI/testing/dev-kmsg), so "since the
+run started" is exact: the first diagnosis returns the last sequence number it saw (the cursor) and every later
+diagnosis judges only records after it. Xids logged before the run are evidence, not verdicts: the state they
+left is read live (nvidia-smi rc 15, gpu_recovery_action), and the ring buffer keeps them until the next boot,
+so counting them would make a node that recovered long ago Not clean forever.
+
+A new Xid on one of the container's GPUs (matched by PCI address), or on a GPU the line does not place, is:
+- a reboot signal for the Xids that mean the GPU is gone or its state is lost (79 fallen off the bus, 48 DBE,
+  119/120 GSP errors, 154 recovery action required);
+- otherwise a reason the run is Not clean, which no rung of this container's ladder is known to fix: the operator
+  reads the Xid in NVIDIA's catalogue.
+A new Xid on a GPU of another container is a note.
+
+No Ansible imports: unit-tested in tests/unit/plugins/module_utils/test_recover_kernel.py.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+KMSG_PATH = "/dev/kmsg"
+
+# Xids that mean the GPU or the node needs a reset or a reboot (79 fallen off the bus, 48 DBE, 119/120 GSP, 154
+# "GPU recovery action changed": NVIDIA Xid catalogue).
+REBOOT_XIDS = frozenset({48, 79, 119, 120, 154})
+
+_XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (\d+)")
+_EVIDENCE_RE = re.compile(r"NVRM:|Out of memory|oom-kill|blocked for more than|fallen off the bus", re.IGNORECASE)
+_RECORD_LIMIT = 200
+
+
+def parse_record(raw: str) -> Optional[dict[str, Any]]:
+    """One /dev/kmsg record ``"<prio>,<seq>,<usec>,<flags>[,...];<message>\\n[ KEY=value\\n...]"``.
+
+    Returns {"seq", "usec", "level", "facility", "message"} or None for text that is not a record.
+    """
+    head, sep, rest = raw.partition(";")
+    if not sep:
+        return None
+    fields = head.split(",")
+    if len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
+        return None
+    prio = int(fields[0])
+    message = rest.split("\n", 1)[0]
+    return {"seq": int(fields[1]), "usec": int(fields[2]), "level": prio & 7, "facility": prio >> 3,
+            "message": message}
+
+
+def read_kmsg(path: str = KMSG_PATH) -> dict[str, Any]:
+    """Every record the ring buffer still holds that is evidence here (NVRM, OOM, hung task), and the cursor.
+
+    Returns {"records": [...], "cursor": last sequence number seen (any record) or None, "lost": records
+    overwritten while reading, "error": str or None}. Reading needs CAP_SYSLOG (root on the node).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return {"records": [], "cursor": None, "lost": 0, "error": "%s: %s" % (path, exc.strerror)}
+    records: list[dict[str, Any]] = []
+    cursor: Optional[int] = None
+    lost = 0
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 16384)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    break
+                if exc.errno == errno.EPIPE:      # overwritten before we read it: the next read goes on
+                    lost += 1
+                    continue
+                return {"records": records, "cursor": cursor, "lost": lost,
+                        "error": "%s: %s" % (path, exc.strerror)}
+            if not chunk:
+                break
+            rec = parse_record(chunk.decode("utf-8", "replace"))
+            if rec is None:
+                continue
+            cursor = rec["seq"]
+            if _EVIDENCE_RE.search(rec["message"]):
+                records.append(rec)
+    finally:
+        os.close(fd)
+    return {"records": records, "cursor": cursor, "lost": lost, "error": None}
+
+
+def pci_key(bus_id: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """(domain, bus, device) of ``00000000:18:00.0`` (nvidia-smi) or ``0000:18:00`` (an Xid line)."""
+    if not bus_id:
+        return None
+    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?", bus_id.strip())
+    if not m:
+        return None
+    return int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16)
+
+
+def parse_xid(message: str) -> Optional[dict[str, Any]]:
+    """{"xid": int, "pci": "0000:18:00", "text": message} for an ``NVRM: Xid (PCI:...): N, ...`` line."""
+    m = _XID_RE.search(message)
+    if not m:
+        return None
+    return {"xid": int(m.group(2)), "pci": m.group(1), "text": message.strip()}
+
+
+def judge(records: Sequence[Mapping[str, Any]], since_seq: Optional[int],
+          gpu_bus_ids: Mapping[int, Optional[str]], container_gpus: Iterable[int]) -> dict[str, Any]:
+    """Judge the kernel records logged after ``since_seq`` (all of them are only evidence when it is None).
+
+    gpu_bus_ids: {gpu index: pci.bus_id from nvidia-smi}. Returns {"new_xids": [...], "old_xids": [...],
+    "reasons": [...], "reboot_signals": [...], "notes": [...], "lines": [...]} where each Xid entry is
+    {"seq", "xid", "pci", "gpu" (index or None), "text"}.
+    """
+    ours = set(container_gpus)
+    by_key = {pci_key(bus): idx for idx, bus in gpu_bus_ids.items() if pci_key(bus) is not None}
+    new: list[dict[str, Any]] = []
+    old: list[dict[str, Any]] = []
+    other_new: list[str] = []
+    for rec in records:
+        fresh = since_seq is not None and rec["seq"] > since_seq
+        xid = parse_xid(rec["message"])
+        if xid is None:
+            if fresh and "NVRM:" in rec["message"]:
+                other_new.append(rec["message"].strip())
+            continue
+        entry = dict(xid, seq=rec["seq"], gpu=by_key.get(pci_key(xid["pci"])))
+        (new if fresh else old).append(entry)
+    reasons: list[str] = []
+    signals: list[str] = []
+    notes: list[str] = []
+    for e in new:
+        where = "GPU %d" % e["gpu"] if e["gpu"] is not None else "PCI %s (not a GPU nvidia-smi lists)" % e["pci"]
+        if e["gpu"] is not None and e["gpu"] not in ours:
+            notes.append("new Xid %d on %s, not a GPU of this container: %s" % (e["xid"], where, e["text"]))
+        elif e["xid"] in REBOOT_XIDS:
+            signals.append("kernel Xid %d on %s since the run started" % (e["xid"], where))
+        else:
+            reasons.append("kernel Xid %d on %s since the run started (%s): look it up in NVIDIA's Xid catalogue "
+                           "before using the GPU again; no rung of this ladder is known to clear it"
+                           % (e["xid"], where, e["text"]))
+    if old:
+        notes.append("Xid(s) logged before this run (evidence only; the live state is read from nvidia-smi): %s"
+                     % ", ".join("%d on %s" % (e["xid"], "GPU %d" % e["gpu"] if e["gpu"] is not None else e["pci"])
+                                 for e in old[-10:]))
+    if other_new:
+        notes.append("new NVRM line(s) since the run started: %s" % " | ".join(other_new[-5:]))
+    return {"new_xids": new, "old_xids": old[-20:], "reasons": reasons, "reboot_signals": signals, "notes": notes,
+            "lines": [r["message"] for r in records][-_RECORD_LIMIT:]}

@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import os
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel as rk
+
+BUS = {0: "00000000:18:00.0", 1: "00000000:2A:00.0", 6: "00000000:BA:00.0"}
+
+
+def rec(seq, message):
+    return {"seq": seq, "usec": seq * 1000, "level": 4, "facility": 0, "message": message}
+
+
+def xid_line(bus, xid, text="Graphics Exception"):
+    return "NVRM: Xid (PCI:0000:%s:00): %d, pid=4242, name=python3, %s" % (bus, xid, text)
+
+
+def test_parse_record_of_dev_kmsg():
+    r = rk.parse_record("4,1234,5678901,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+                        "GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0\n")
+    assert r == {"seq": 1234, "usec": 5678901, "level": 4, "facility": 0,
+                 "message": "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}
+    assert rk.parse_record("12,7,0,-;user message\n")["facility"] == 1
+    assert rk.parse_record("no record here") is None
+    assert rk.parse_record("a,b,c;text") is None
+
+
+def test_xid_placed_by_pci_address():
+    assert rk.pci_key("00000000:18:00.0") == rk.pci_key("0000:18:00") == (0, 0x18, 0)
+    assert rk.pci_key("garbage") is None and rk.pci_key(None) is None
+    x = rk.parse_xid(xid_line("2A", 13))
+    assert x["xid"] == 13 and x["pci"] == "0000:2A:00"
+    assert rk.parse_xid("NVRM: loading NVIDIA UNIX x86_64 Kernel Module") is None
+
+
+def test_only_xids_after_the_cursor_count():
+    records = [rec(10, xid_line("18", 79)), rec(20, xid_line("18", 13))]
+    old_only = rk.judge(records, 20, BUS, [0, 1])
+    assert old_only["reasons"] == [] and old_only["reboot_signals"] == []
+    assert [x["xid"] for x in old_only["old_xids"]] == [79, 13]
+    assert any("before this run" in n for n in old_only["notes"])
+    fresh = rk.judge(records, 15, BUS, [0, 1])
+    assert [x["xid"] for x in fresh["new_xids"]] == [13]
+    assert len(fresh["reasons"]) == 1 and "Xid 13 on GPU 0" in fresh["reasons"][0]
+    assert fresh["reboot_signals"] == []
+
+
+def test_without_a_cursor_everything_is_evidence():
+    res = rk.judge([rec(1, xid_line("18", 79))], None, BUS, [0])
+    assert res["new_xids"] == [] and res["reboot_signals"] == [] and res["reasons"] == []
+
+
+def test_reboot_class_xids_are_reboot_signals():
+    for xid in sorted(rk.REBOOT_XIDS):
+        res = rk.judge([rec(5, xid_line("2A", xid))], 4, BUS, [0, 1])
+        assert res["reboot_signals"] == ["kernel Xid %d on GPU 1 since the run started" % xid]
+        assert res["reasons"] == []
+
+
+def test_xid_on_another_containers_gpu_is_a_note_and_unplaced_counts_as_ours():
+    other = rk.judge([rec(5, xid_line("BA", 79))], 4, BUS, [0, 1])
+    assert other["reboot_signals"] == [] and other["reasons"] == []
+    assert any("not a GPU of this container" in n for n in other["notes"])
+    unplaced = rk.judge([rec(5, xid_line("E1", 31))], 4, BUS, [0, 1])
+    assert len(unplaced["reasons"]) == 1 and "PCI 0000:E1:00" in unplaced["reasons"][0]
+
+
+def test_new_nvrm_lines_without_xid_are_noted():
+    res = rk.judge([rec(5, "NVRM: GPU at PCI:0000:18:00: GPU-abc"), rec(3, "NVRM: old")], 4, BUS, [0])
+    assert res["reasons"] == [] and any("GPU at PCI:0000:18:00" in n for n in res["notes"])
+    assert not any("old" in n for n in res["notes"])
+
+
+def test_read_kmsg_on_a_missing_device_is_an_error(tmp_path):
+    res = rk.read_kmsg(str(tmp_path / "kmsg"))
+    assert res["error"] and res["cursor"] is None and res["records"] == []
+
+
+def test_read_kmsg_reads_the_real_ring_buffer_when_allowed():
+    """On a machine where /dev/kmsg is readable (root), the cursor is a sequence number; the lab writes there."""
+    res = rk.read_kmsg()
+    if os.geteuid() == 0 and os.path.exists("/dev/kmsg"):
+        assert res["error"] is None and isinstance(res["cursor"], int)
+    else:
+        assert res["error"]
