@@ -281,6 +281,10 @@ class Runner:
         return rc, out, err, rc in (124, 137) and self.timeout_bin is not None
 
 
+# evaluate_sample's reason for a GPU whose memory.used nvidia-smi printed as [N/A] / [Unknown Error].
+UNREADABLE_REASON = "nvidia-smi reports no memory.used figure"
+
+
 def read_gpus(runner, smi):
     """(gpu rows, compute apps, error, hung) from nvidia-smi."""
     if not smi:
@@ -509,7 +513,7 @@ def diagnose(module):
         reboot_signals.append("the driver's recovery action for GPU(s) %s is a reboot" % asks_reboot)
     reboot_signals.extend(kernel_verdict["reboot_signals"])
     gpu_rows = last_eval["gpus"]
-    excess_no_proc = any(g["excess_mib"] > p["gpu_memory_tolerance_mib"] and not any(
+    excess_no_proc = any((g.get("excess_mib") or 0) > p["gpu_memory_tolerance_mib"] and not any(
         a.get("owner") == vmid for a in g["compute_apps"]) for g in gpu_rows) and not last["ct_holders"]
     host_only = (not clean and all(g["clean"] for g in gpu_rows) and not last["ct_holders"] and not stuck
                  and bool(last_eval["host"]["reasons"]) and not last["nvidia_smi_error"])
@@ -525,6 +529,13 @@ def diagnose(module):
         "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
     }
     rung, why = gr.choose_rung(diag, p["after_rung"])
+    # Figures nvidia-smi cannot read ([N/A], [Unknown Error]) are Not clean, and when nothing else is wrong no rung
+    # can make them readable: stop and say so instead of stopping the container or resetting GPUs for nothing.
+    only_unreadable = (not clean and bool(failing["reasons"]) and not reboot_signals and not service_active
+                       and not last["ct_holders"] and not stuck
+                       and all(UNREADABLE_REASON in r for r in failing["reasons"]))
+    if only_unreadable:
+        rung, why = gr.RUNG_CLEAN, "nothing a rung can change: %s" % "; ".join(failing["reasons"])
     # Reasons no rung of this container's ladder can change: a missing baseline, a new Xid that is not a reboot
     # signal, an unreadable kernel log. They make the verdict Not clean; alone they ask for no rung.
     unfixable = ([missing_baseline] if missing_baseline else []) + kernel_verdict["reasons"]
@@ -601,6 +612,7 @@ def diagnose(module):
             "recovery_reset": diag["recovery_reset"],
             "baseline_missing": missing_baseline is not None,
             "new_xids": [x["xid"] for x in kernel_verdict["new_xids"]],
+            "only_unreadable": only_unreadable,
         },
         "evidence": evidence,
     }

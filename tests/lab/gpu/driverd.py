@@ -260,6 +260,9 @@ class Driver:
         # gpu_recovery_action per GPU (NVML nvmlDeviceGpuRecoveryAction_t): "None" unless a fault set it; a GPU
         # reset clears "Reset" (NVIDIA, Error Recovery and Response Flags: reset with nvidia-smi -r, then usable).
         self.recovery = ["None"] * len(self.gpus)
+        # GPU faults by index (str): "lost" (fallen off the bus, Xid 79), "memory_na" (memory figures [N/A]),
+        # "xid_on_exit" (the Xid the driver logs when a client of that GPU goes away).
+        self.gpu_faults = {"lost": [], "memory_na": [], "xid_on_exit": {}}
         self.seq = 0
         self.my_pidns = pidns_of(os.getpid())
         self.my_userns = userns_of(os.getpid())
@@ -280,13 +283,16 @@ class Driver:
         self.seq = s.get("seq", 0)
         if len(s.get("recovery", [])) == len(self.gpus):
             self.recovery = s["recovery"]
+        if isinstance(s.get("gpu_faults"), dict):
+            self.gpu_faults.update(s["gpu_faults"])
 
     def save(self):
         os.makedirs(RUN_DIR, exist_ok=True)
         tmp = STATE_PATH + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"driver_version": self.cfg["driver_version"], "pm": self.pm, "allocs": self.allocs,
-                       "driver_held": self.driver_held, "seq": self.seq, "recovery": self.recovery}, f)
+                       "driver_held": self.driver_held, "seq": self.seq, "recovery": self.recovery,
+                       "gpu_faults": self.gpu_faults}, f)
         os.replace(tmp, STATE_PATH)
 
     @staticmethod
@@ -294,9 +300,22 @@ class Driver:
         return os.makedev(NVIDIA_MAJOR, gpu)
 
     # ---- liveness
+    def log_xid(self, gpu, xid, pid, text):
+        """What the kernel driver prints for an Xid (NVIDIA, Xid Errors: 'NVRM: Xid (PCI:dddd:bb:dd): N, pid=...,
+        name=..., text'), written to the kernel log. Writes from userspace carry the LOG_USER facility."""
+        bus = self.gpus[gpu]["pci_bus_id"]            # 00000000:18:00.0
+        line = "<4>NVRM: Xid (PCI:%s:%s): %d, pid=%s, name=%s, %s\n" % (
+            bus[4:8], bus[9:14], xid, pid if pid else "'<unknown>'", "<unknown>", text)
+        try:
+            with open("/dev/kmsg", "w") as f:
+                f.write(line)
+        except OSError as exc:
+            print("driverd: cannot write the kernel log: %s" % exc, file=sys.stderr)
+
     def sweep(self):
         changed = False
         cache = {}
+        logged = set()
         for h, a in list(self.allocs.items()):
             if a.get("retained"):
                 continue
@@ -313,6 +332,10 @@ class Driver:
                 a["retained_until"] = self.driver_held[str(a["pidns"])].get("until", "namespace")
             else:
                 del self.allocs[h]
+            xid = self.gpu_faults["xid_on_exit"].get(str(a["gpu"]))
+            if xid is not None and (a["pid"], a["gpu"]) not in logged:
+                logged.add((a["pid"], a["gpu"]))
+                self.log_xid(a["gpu"], int(xid), a["pid"], "Channel teardown after the client exited")
         retained_ns = {a["pidns"] for a in self.allocs.values() if a.get("retained")}
         for ns in retained_ns:
             if not pidns_populated(ns):
@@ -379,7 +402,8 @@ class Driver:
             d = dict(g)
             d.update({"memory_used_mib": used,
                       "memory_free_mib": max(0, g["memory_total_mib"] - g["memory_reserved_mib"] - used),
-                      "persistence_mode": self.pm[i], "recovery_action": self.recovery[i], "processes": plist})
+                      "persistence_mode": self.pm[i], "recovery_action": self.recovery[i], "processes": plist,
+                      "lost": i in self.gpu_faults["lost"], "memory_na": i in self.gpu_faults["memory_na"]})
             if not in_container:
                 d["driver_retained_mib"] = -(-retained // MIB)
             gpus.append(d)
@@ -401,6 +425,8 @@ class Driver:
         if self.rdev(gpu) not in held_rdevs(pid, st[1], {self.rdev(gpu)}):
             return {"ok": False, "error": "no CUDA-capable device is detected (cudaErrorNoDevice): the calling "
                     "process (host pid %d) has no open /dev/nvidia%d" % (pid, gpu)}
+        if gpu in self.gpu_faults["lost"]:
+            return {"ok": False, "error": "unspecified launch failure: GPU %d has fallen off the bus" % gpu}
         g = self.gpus[gpu]
         free_b = (g["memory_total_mib"] - g["memory_reserved_mib"]) * MIB - sum(
             a["bytes"] for a in self.allocs.values() if a["gpu"] == gpu)
@@ -453,6 +479,10 @@ class Driver:
                                 "reason": "Insufficient Permissions"} for i in targets]}
         failed = []
         for i in targets:
+            if i in self.gpu_faults["lost"]:
+                failed.append({"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"],
+                               "reason": "GPU is lost. Reboot the system to recover this GPU", "pids": []})
+                continue
             users = device_openers(self.rdev(i))
             users += [a["pid"] for a in self.allocs.values() if a["gpu"] == i and not a.get("retained")]
             if self.pm[i] == "Enabled" or users:
@@ -479,6 +509,28 @@ class Driver:
             self.recovery[gpu] = action
             self.save()
             return {"ok": True}
+        if req.get("fault") in ("gpu_lost", "memory_na", "xid_on_exit", "xid"):
+            gpu = req.get("gpu")
+            if not isinstance(gpu, int) or not 0 <= gpu < len(self.gpus):
+                return {"ok": False, "error": "need gpu 0..%d" % (len(self.gpus) - 1)}
+            fault = req["fault"]
+            if fault == "gpu_lost":
+                if gpu not in self.gpu_faults["lost"]:
+                    self.gpu_faults["lost"].append(gpu)
+                self.log_xid(gpu, 79, None, "GPU has fallen off the bus.")
+            elif fault == "memory_na":
+                if gpu not in self.gpu_faults["memory_na"]:
+                    self.gpu_faults["memory_na"].append(gpu)
+            else:
+                xid = req.get("xid")
+                if not isinstance(xid, int) or xid <= 0:
+                    return {"ok": False, "error": "need a positive integer xid"}
+                if fault == "xid":
+                    self.log_xid(gpu, xid, None, str(req.get("text") or "Graphics Exception"))
+                else:
+                    self.gpu_faults["xid_on_exit"][str(gpu)] = xid
+            self.save()
+            return {"ok": True}
         if req.get("fault") != "driver_held":
             return {"ok": False, "error": "unknown fault"}
         until = req.get("until", "namespace")
@@ -494,6 +546,10 @@ class Driver:
         GPUs (all GPUs when none are given)."""
         for i in req.get("gpus") or (range(len(self.gpus)) if req.get("pidns") is None else []):
             self.recovery[int(i)] = "None"
+            for key in ("lost", "memory_na"):
+                if int(i) in self.gpu_faults[key]:
+                    self.gpu_faults[key].remove(int(i))
+            self.gpu_faults["xid_on_exit"].pop(str(int(i)), None)
         ns = req.get("pidns")
         for k in list(self.driver_held):
             if ns is None or k == str(ns):
@@ -505,7 +561,8 @@ class Driver:
         return {"ok": True}
 
     def op_fault_list(self, req):
-        return {"ok": True, "driver_held": self.driver_held, "recovery_action": self.recovery}
+        return {"ok": True, "driver_held": self.driver_held, "recovery_action": self.recovery,
+                "gpu_faults": self.gpu_faults}
 
     def op_allocations(self, req):
         return {"ok": True, "allocations": self.allocs}

@@ -194,3 +194,11 @@ def test_an_unreadable_kernel_log_is_not_clean(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, kmsg=[bad, bad])
     assert res["verdict"] == "Not clean" and res["recommended_rung"] == 0
     assert any("kernel log not readable" in r for r in res["reasons"])
+
+
+def test_unreadable_memory_alone_is_not_clean_and_asks_for_no_rung(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, used6="[N/A]", baseline=BASE67)
+    assert res["verdict"] == "Not clean" and res["clean"] is False and res["recommended_rung"] == 0
+    assert res["findings"]["only_unreadable"] is True
+    assert any("GPU 6: nvidia-smi reports no memory.used figure" in r for r in res["reasons"])
+    assert res["rung_reason"].startswith("nothing a rung can change")
