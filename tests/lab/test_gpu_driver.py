@@ -239,3 +239,73 @@ def test_topo_matrix_pcie_node_and_nvswitch_node():
     finally:
         _restart_driver()
     assert t.smi("topo", "-m").stdout.splitlines()[1].split("\t")[2] == "NODE"
+
+
+def kmsg_lines_after(seq):
+    """Kernel log records after sequence number ``seq``, read here from /dev/kmsg (not with the collection's reader)."""
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    out, last = [], seq
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 16384).decode("utf-8", "replace")
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue
+            head, _, msg = rec.partition(";")
+            n = int(head.split(",")[1])
+            last = max(last, n)
+            if n > seq:
+                out.append(msg.split("\n", 1)[0])
+    finally:
+        os.close(fd)
+    return out, last
+
+
+@pytest.fixture
+def gpu_fault_clear():
+    yield
+    t.driver({"op": "fault_clear", "gpus": [GPU]})
+
+
+def test_gpu_lost_fails_nvidia_smi_with_rc_15_and_logs_xid_79(gpu_fault_clear):
+    _, seq = kmsg_lines_after(0)
+    bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
+    assert t.driver({"op": "fault_set", "fault": "gpu_lost", "gpu": GPU})["ok"]
+    r = t.smi("--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+    assert r.returncode == 15 and r.stdout == (
+        "Unable to determine the device handle for GPU %s: GPU is lost.  Reboot the system to recover this GPU\n"
+        % bus[4:])
+    assert t.smi("--query-gpu=index", "--format=csv,noheader", "-i", str((GPU + 1) % 8)).returncode == 0
+    assert t.smi("-r", "-i", str(GPU)).returncode == 15  # nor can it be reset
+    lines, _ = kmsg_lines_after(seq)
+    assert "NVRM: Xid (PCI:%s:%s): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." % (
+        bus[4:8], bus[9:14]) in lines
+    h = t.Holder(GPU, 256)
+    try:
+        assert not h.reply["ok"] and "fallen off the bus" in h.reply["error"]
+    finally:
+        h.stop()
+
+
+def test_memory_na_prints_na_for_memory_figures(gpu_fault_clear):
+    h = t.Holder(GPU, 512)
+    try:
+        assert t.driver({"op": "fault_set", "fault": "memory_na", "gpu": GPU})["ok"]
+        r = t.smi("--query-gpu=index,memory.used,memory.free", "--format=csv,noheader,nounits", "-i", str(GPU))
+        assert r.returncode == 0 and r.stdout == "%d, [N/A], [N/A]\n" % GPU
+        assert [a[2] for a in t.compute_apps() if a[0] == str(h.pid)] == ["[N/A]"]
+    finally:
+        h.stop()
+
+
+def test_xid_on_exit_is_logged_when_the_client_goes_away(gpu_fault_clear):
+    bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
+    assert t.driver({"op": "fault_set", "fault": "xid_on_exit", "gpu": GPU, "xid": 45})["ok"]
+    h = t.Holder(GPU, 256)
+    _, seq = kmsg_lines_after(0)
+    h.stop()
+    t.gpu_used(GPU)  # the driver notices the exit on the next request
+    lines, _ = kmsg_lines_after(seq)
+    assert [ln for ln in lines if ln.startswith("NVRM: Xid (PCI:%s:%s): 45, pid=%d," % (bus[4:8], bus[9:14], h.pid))]

@@ -7,6 +7,9 @@
     fault.py inject driver-held      --vmid 129
     fault.py inject stuck            --vmid 129 [--gpu 0] [--mib 4096]
     fault.py inject recovery-action  --vmid 129 [--gpu 0] [--action Reset]
+    fault.py inject gpu-lost         --vmid 129 [--gpu 0]
+    fault.py inject memory-na        --vmid 129 [--gpu 0]
+    fault.py inject xid-on-exit      --vmid 129 [--gpu 0] [--xid 45]
     fault.py clear [--vmid 129]
 
 Containers are LXC containers named by VMID (entered with lxc-attach; `--lxcpath` or LABGPU_LXCPATH
@@ -43,6 +46,13 @@ FAULTS = {
     "recovery-action": "the driver sets gpu_recovery_action of one of the CT's GPUs (default Reset), as after an "
                        "uncorrectable error; a GPU reset clears Reset and Drain and Reset (NVIDIA, Error Recovery and "
                        "Response Flags: terminate the GPU's processes, nvidia-smi -r, then it can be used again)",
+    "gpu-lost": "one of the CT's GPUs falls off the bus: the driver logs Xid 79, nvidia-smi fails with 'GPU is lost. "
+                "Reboot the system to recover this GPU' and rc 15, the GPU can be neither used nor reset (NVIDIA Xid "
+                "catalogue: 79; nvidia-smi(1) return value 15)",
+    "memory-na": "nvidia-smi prints [N/A] for one GPU's memory.used/memory.free and its apps' used memory (a value "
+                 "NVML does not return)",
+    "xid-on-exit": "the driver logs an Xid (default 45, 'Robust Channel Preemptive Removal') for one GPU of the CT "
+                   "when a client of that GPU goes away (NVIDIA Xid catalogue)",
     "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
              "the FUSE connection is aborted from the host (gpu-recovery.md §1.2 b, Rung 3)",
 }
@@ -265,6 +275,21 @@ def clear_recovery_action(vmid, rec):
     driver({"op": "fault_clear", "gpus": [rec["gpu"]]})
 
 
+def inject_gpu_fault(fault):
+    def inject(vmid, ipid, a):
+        gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+        if not gpus:
+            raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
+        req = {"op": "fault_set", "fault": fault, "gpu": gpus[0]}
+        if fault == "xid_on_exit":
+            req["xid"] = a.xid
+        rep = driver(req)
+        if not rep.get("ok"):
+            raise FaultError(rep.get("error", "driver refused"))
+        return {"gpu": gpus[0]} if fault != "xid_on_exit" else {"gpu": gpus[0], "xid": a.xid}
+    return inject
+
+
 def ensure_fusectl():
     if not os.path.ismount(FUSECTL):
         subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], check=False)
@@ -339,10 +364,15 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "driver-held": clear_driver_held,
          "driver-leak": clear_driver_held,
          "recovery-action": clear_recovery_action,
+         "gpu-lost": clear_recovery_action,
+         "memory-na": clear_recovery_action,
+         "xid-on-exit": clear_recovery_action,
          "stuck": clear_stuck}
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
           "driver-held": inject_driver_held, "stuck": inject_stuck, "recovery-action": inject_recovery_action,
-          "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset")}
+          "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset"),
+          "gpu-lost": inject_gpu_fault("gpu_lost"), "memory-na": inject_gpu_fault("memory_na"),
+          "xid-on-exit": inject_gpu_fault("xid_on_exit")}
 
 
 # --------------------------------------------------------------------------- commands
@@ -413,9 +443,10 @@ def main(argv):
     pi.add_argument("name", choices=sorted(FAULTS))
     pi.add_argument("--vmid", required=True)
     pi.add_argument("--gpus", help="escaped-workers: GPU indexes (default: every GPU the CT has)")
-    pi.add_argument("--gpu", type=int, help="stuck, recovery-action: GPU index (default: the CT's first GPU)")
+    pi.add_argument("--gpu", type=int, help="stuck, recovery-action, gpu-lost, memory-na, xid-on-exit: GPU index (default: the CT's first GPU)")
     pi.add_argument("--action", default="Reset", choices=driverd.RECOVERY_ACTIONS[1:],
                     help="recovery-action: the value the driver reports (Reset)")
+    pi.add_argument("--xid", type=int, default=45, help="xid-on-exit: the Xid the driver logs (45)")
     pi.add_argument("--mib", type=int, default=None, help="MiB per worker (1024; stuck: 4096)")
     pi.add_argument("--names", default="pt_main_thread,python3", help="escaped-workers: process names")
     pc = sub.add_parser("clear")
