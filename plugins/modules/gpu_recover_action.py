@@ -27,6 +27,10 @@ description:
   - O(action=reset_gpus) (rung 5) resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
     no process at all holds it (its NVLink peers from C(nvidia-smi topo -m) are added and must be free too);
     persistence mode is switched off first and restored afterwards. A GPU with a client is refused and reported.
+  - With O(stop_host_daemons), a host C(nvidia-persistenced) that holds the GPUs' device files (it blocks any reset)
+    is stopped first (its systemd unit, else SIGTERM to that process) and started again afterwards (the unit, else
+    its own command line), whatever the reset's outcome; the module fails if it does not come back. Any other host
+    process holding a GPU (DCGM, exporters, another tenant) is a client: that GPU's reset is refused.
   - In check mode nothing is signalled, aborted or reset; the module reports what it would do.
 options:
   vmid:
@@ -57,6 +61,12 @@ options:
   nvidia_smi_path:
     description: Path to C(nvidia-smi); looked up in E(PATH) by default.
     type: path
+  stop_host_daemons:
+    description:
+      - Stop a host C(nvidia-persistenced) for the reset and start it again afterwards (O(action=reset_gpus)).
+      - V(false) treats it as a client like any other, so the reset of the GPUs it holds is refused.
+    type: bool
+    default: true
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -113,6 +123,11 @@ reset:
   returned: when action is reset_gpus
   type: list
   elements: dict
+daemons:
+  description: Host daemons stopped for the reset (name, pid, unit, argv, stopped, restarted, pid_after, error).
+  returned: when action is reset_gpus and a reset was attempted
+  type: list
+  elements: dict
 """
 
 import signal
@@ -122,6 +137,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
 
@@ -297,8 +313,12 @@ def reset_gpus(module, vmid, smi, result):
     wanted = sorted(set(p["gpus"] or []))
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
     holders = gr.scan_processes(vmid, "/", gr.uvm_majors())["nvidia_holders"]
+    # Host daemons that hold every GPU (nvidia-persistenced) are stopped for the reset and started again; every
+    # other holder is a client that blocks the reset of its GPUs (recover_daemons).
+    split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"])
+    daemons = split["daemons"]
     busy = {}
-    for h in holders:
+    for h in split["clients"]:
         for g in h["gpu_fds"]:
             busy.setdefault(g, []).append("%d/%s (%s)" % (h["pid"], h["comm"], "CT %s" % h["vmid"] if h["vmid"] is not None else "host"))
     rc, out, err = run_smi(module, smi, gpu_facts.compute_apps_query_args("x")[1:], t)
@@ -337,11 +357,87 @@ def reset_gpus(module, vmid, smi, result):
         pm_on = [g for g in group if (rows[g].get("persistence_mode") or "").lower() == "enabled"]
         plan.append({"gpus": group, "persistence_mode_enabled": pm_on,
                      "extra_nvlink_peers": [g for g in group if g not in wanted]})
+    planned_gpus = {g for item in plan for g in item["gpus"]}
+    daemons = [d for d in daemons if set(d["gpus"]) & planned_gpus]
+    for d in daemons:
+        d["argv"] = rd.parse_cmdline(_read_bytes("/proc/%d/cmdline" % d["pid"]))
     result["planned"] = {"action": "reset_gpus", "nvlink_peers": {str(k): v for k, v in peers.items()},
-                         "nvlink_known": topo_rc == 0, "groups": plan}
+                         "nvlink_known": topo_rc == 0, "groups": plan,
+                         "stop_host_daemons": [rd.describe(d) for d in daemons]}
     if module.check_mode or not plan:
         result["changed"] = bool(plan) and module.check_mode
         return
+    stopped = []
+    try:
+        for d in daemons:
+            stop_daemon(module, d)
+            stopped.append(d)
+        reset_groups(module, smi, plan, result, t)
+    finally:
+        for d in stopped:
+            start_daemon(module, d)
+        result["daemons"] = [{k: d.get(k) for k in ("name", "pid", "unit", "argv", "stopped", "restarted",
+                                                   "pid_after", "error")} for d in daemons]
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _same_process(pid, starttime):
+    st = gr.parse_stat(gr._read("/proc/%d/stat" % pid))
+    return st is not None and st["state"] not in ("Z", "X") and (starttime is None or st["starttime"] == starttime)
+
+
+def stop_daemon(module, d):
+    """Stop a host daemon that holds the GPUs: its systemd unit, else SIGTERM to that very process (pidfd)."""
+    systemctl = module.get_bin_path("systemctl") if d.get("unit") else None
+    if systemctl:
+        rc, out, err = module.run_command([systemctl, "stop", d["unit"]])
+        if rc != 0:
+            d["error"] = "systemctl stop %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
+    else:
+        gr.signal_pid(d["pid"], d.get("starttime"), gr.SIGNALS["TERM"])
+    gone = gr.wait_until(lambda: not _same_process(d["pid"], d.get("starttime")), 30)
+    d["stopped"] = bool(gone)
+    if not gone:
+        raise DaemonError("%s (pid %d) did not stop within 30 s; no GPU was reset" % (d["name"], d["pid"]))
+
+
+def start_daemon(module, d):
+    """Start a stopped daemon again as it ran, and wait until a new instance holds the GPUs again."""
+    if d.get("unit") and module.get_bin_path("systemctl"):
+        rc, out, err = module.run_command([module.get_bin_path("systemctl"), "start", d["unit"]])
+    elif d.get("argv"):
+        rc, out, err = module.run_command(d["argv"])
+    else:
+        rc, out, err = 1, "", "no command line recorded"
+    if rc != 0:
+        d["error"] = "start: rc %d %s" % (rc, (err or out).strip())
+        d["restarted"] = False
+        return
+
+    def holding():
+        for h in gr.scan_processes(-1, "/", gr.uvm_majors())["nvidia_holders"]:
+            if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and set(d["gpus"]) <= set(h["gpu_fds"]):
+                return h["pid"]
+        return None
+    gr.wait_until(lambda: holding() is not None, 30)
+    d["pid_after"] = holding()
+    d["restarted"] = d["pid_after"] is not None
+    if not d["restarted"]:
+        d["error"] = "started, but no %s holds GPUs %s after 30 s" % (d["name"], d["gpus"])
+
+
+class DaemonError(Exception):
+    pass
+
+
+def reset_groups(module, smi, plan, result, t):
     for item in plan:
         ids = ",".join(str(g) for g in item["gpus"])
         entry = {"gpus": item["gpus"]}
@@ -370,6 +466,7 @@ def main():
             gpus=dict(type="list", elements="int"),
             command_timeout=dict(type="int", default=60),
             nvidia_smi_path=dict(type="path"),
+            stop_host_daemons=dict(type="bool", default=True),
         ),
         required_if=[("action", "reset_gpus", ("gpus",))],
         supports_check_mode=True,
@@ -387,7 +484,14 @@ def main():
     elif action == "abort_fuse":
         abort_fuse(module, vmid, result)
     else:
-        reset_gpus(module, vmid, smi, result)
+        try:
+            reset_gpus(module, vmid, smi, result)
+        except DaemonError as exc:
+            module.fail_json(msg=str(exc), **result)
+        unstarted = [d for d in result.get("daemons", []) if d.get("stopped") and not d.get("restarted")]
+        if unstarted:
+            module.fail_json(msg="%s could not be started again after the reset: %s; start it by hand" % (
+                ", ".join(d["name"] for d in unstarted), "; ".join(d.get("error") or "" for d in unstarted)), **result)
     result["seconds"] = round(time.monotonic() - start, 2)
     if action == "reset_gpus" and any(not r.get("ok") for r in result["reset"]):
         module.fail_json(msg="GPU reset failed: %s" % "; ".join(r.get("out", "") for r in result["reset"] if not r.get("ok")),

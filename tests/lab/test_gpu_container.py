@@ -152,14 +152,15 @@ def test_fault_driver_held_until_ct_stopped(ct, clean):
 
 
 def reset_from_node(gpu):
-    """Persistence mode off, `nvidia-smi -r -i gpu` on the node, persistence mode restored."""
+    """nvidia-persistenced stopped, persistence mode off, `nvidia-smi -r -i gpu` on the node, both restored."""
     pm = t.driver({"op": "query"})["gpus"][gpu]["persistence_mode"]
-    try:
-        assert t.smi("-pm", "0", "-i", str(gpu)).returncode == 0
-        r = t.smi("-r", "-i", str(gpu))
-        assert r.returncode == 0, r.stdout
-    finally:
-        t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(gpu))
+    with t.persistenced_stopped():
+        try:
+            assert t.smi("-pm", "0", "-i", str(gpu)).returncode == 0
+            r = t.smi("-r", "-i", str(gpu))
+            assert r.returncode == 0, r.stdout
+        finally:
+            t.smi("-pm", "1" if pm == "Enabled" else "0", "-i", str(gpu))
 
 
 def test_fault_driver_held_released_by_host_reset(ct, clean):

@@ -24,6 +24,12 @@ def gpu_lab():
 
 
 @pytest.fixture
+def persistenced_stopped():
+    with t.persistenced_stopped():
+        yield
+
+
+@pytest.fixture
 def pm_restore():
     before = t.driver({"op": "query"})["gpus"]
     yield
@@ -160,7 +166,18 @@ def test_free_releases_allocation():
         h.stop()
 
 
-def test_reset_refused_with_client_or_persistence_then_works(pm_restore):
+def test_persistenced_holds_every_gpu_and_blocks_a_reset():
+    pid = t.persistenced_pid()
+    assert pid is not None, "labgpu up starts the node's nvidia-persistenced"
+    held = sorted(os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid))
+    assert ["/dev/nvidia%d" % i for i in range(8)] == [h for h in held if h[11:].isdigit()]
+    bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
+    r = t.smi("-r", "-i", str(GPU))
+    assert r.returncode == 255 and "GPU %s: In use by another client" % bus in r.stdout
+    assert t.run([t.PERSISTENCED]).returncode == 1  # a second instance refuses to start
+
+
+def test_reset_refused_with_client_or_persistence_then_works(pm_restore, persistenced_stopped):
     bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
     assert t.smi("-pm", "1", "-i", str(GPU)).returncode == 0
     r = t.smi("-r", "-i", str(GPU))

@@ -1,7 +1,9 @@
 """Helpers shared by tests/lab/test_gpu_*.py (the lab's simulated NVIDIA driver)."""
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -178,3 +180,30 @@ def proc_state(pid):
 
 
 sys.path.insert(0, GPU_DIR)
+
+
+PERSISTENCED = "/usr/bin/nvidia-persistenced"
+PERSISTENCED_PIDFILE = "/var/run/nvidia-persistenced/nvidia-persistenced.pid"
+
+
+def persistenced_pid():
+    try:
+        pid = int(open(PERSISTENCED_PIDFILE).read().strip())
+        return pid if open("/proc/%d/comm" % pid).read().strip() == "nvidia-persiste" else None
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def persistenced_stopped():
+    """The node's nvidia-persistenced stopped for the block (as an operator would before nvidia-smi -r), then
+    started again."""
+    pid = persistenced_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        assert wait_for(lambda: persistenced_pid() is None)
+    try:
+        yield
+    finally:
+        if persistenced_pid() is None:
+            run([PERSISTENCED], check=True)

@@ -96,17 +96,21 @@ class ResetModule(FakeModule):
             return 0, "", ""
         if "-r" in cmd:
             return 0, "GPU reset", ""
+        if cmd[0] == "/usr/bin/nvidia-persistenced":
+            self.daemon_started = True
+            return 0, "", ""
         return 1, "", "unexpected %s" % cmd
 
     def fail_json(self, **kw):
         raise AssertionError(kw)
 
 
-def reset(monkeypatch, other_config):
-    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: {"nvidia_holders": []})
-    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=()):
     module = ResetModule(other_config)
-    module.params = dict(FakeModule.params, gpus=[0, 1])
+    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: {
+        "nvidia_holders": list(after_start if getattr(module, "daemon_started", False) else holders)})
+    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+    module.params = dict(FakeModule.params, gpus=[0, 1], stop_host_daemons=stop_host_daemons)
     result = {"refused": [], "reset": [], "changed": False}
     action.reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
     return result, module
@@ -125,3 +129,49 @@ def test_a_reset_group_free_of_other_containers_runs(monkeypatch):
     result, module = reset(monkeypatch, "memory: 256\n")
     assert result["refused"] == []
     assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
+
+
+PERSISTENCED = {"pid": 4321, "comm": "nvidia-persiste", "starttime": 99, "vmid": None, "gpu_fds": list(range(8)),
+                "cgroup": {"": "/"}}
+
+
+def test_persistenced_is_stopped_for_the_reset_and_started_again(monkeypatch):
+    events = []
+    alive = {"old": True}
+
+    def signal_pid(pid, starttime, sig, root="/"):
+        events.append(("signal", pid, starttime, sig))
+        alive["old"] = False
+        return "sent"
+    monkeypatch.setattr(gr, "signal_pid", signal_pid)
+    monkeypatch.setattr(action, "_same_process", lambda pid, st: alive["old"])
+    monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
+    monkeypatch.setattr(gr, "wait_until", lambda pred, timeout, **kw: pred())
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED],
+                           after_start=[dict(PERSISTENCED, pid=5555, starttime=300)])
+    assert events == [("signal", 4321, 99, gr.SIGNALS["TERM"])]
+    assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
+    assert module.daemon_started
+    daemon = result["daemons"][0]
+    assert daemon["name"] == "nvidia-persistenced" and daemon["stopped"] is True
+    assert daemon["argv"] == ["/usr/bin/nvidia-persistenced"]
+    assert daemon["restarted"] is True and daemon["pid_after"] == 5555
+    assert result["planned"]["stop_host_daemons"] == [
+        "nvidia-persistenced (pid 4321), started again through its own command line /usr/bin/nvidia-persistenced"]
+
+
+def test_without_stop_host_daemons_persistenced_blocks_the_reset(monkeypatch):
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED], stop_host_daemons=False)
+    assert not any("-r" in c for c in module.calls)
+    assert result["refused"][0]["why"].startswith("clients on GPU 0: 4321/nvidia-persiste (host)")
+
+
+def test_a_daemon_that_does_not_come_back_is_reported(monkeypatch):
+    monkeypatch.setattr(gr, "signal_pid", lambda pid, starttime, sig, root="/": "sent")
+    monkeypatch.setattr(action, "_same_process", lambda pid, st: False)
+    monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
+    monkeypatch.setattr(gr, "wait_until", lambda pred, timeout, **kw: pred())
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED], after_start=[])
+    daemon = result["daemons"][0]
+    assert daemon["stopped"] is True and daemon["restarted"] is False
+    assert "no nvidia-persistenced holds GPUs" in daemon["error"]
