@@ -293,7 +293,7 @@ def read_gpus(runner, smi):
     if hung:
         return [], [], "nvidia-smi --query-gpu timed out", True
     if rc != 0:
-        return [], [], "nvidia-smi exited %d: %s" % (rc, (err or out).strip()), rc == 15
+        return [], [], "nvidia-smi exited %d: %s" % (rc, (err or out).strip()), False
     try:
         gpus = gpu_facts.parse_gpu_csv(out)
     except gpu_facts.ParseError as exc:

@@ -106,6 +106,7 @@ def test_nvidia_smi_fallen_off_the_bus_is_a_reboot(monkeypatch, capsys, tmp_path
     res = run(monkeypatch, capsys, tmp_path, smi_rc=15)
     assert res["verdict"] == "Not clean"
     assert res["recommended_rung"] == 6
+    assert res["findings"]["reboot_signals"] == ["a GPU has fallen off the bus (nvidia-smi rc 15)"]
 
 
 def test_undeclared_container_is_refused_before_anything_is_read(monkeypatch, capsys, tmp_path):
