@@ -98,7 +98,7 @@ options:
     default: 30
   kernel_log:
     description:
-      - Read the kernel log (O(kmsg_path)) and judge the C(NVRM: Xid) lines logged since the run started.
+      - Read the kernel log (O(kmsg_path)) and judge the C(NVRM Xid) lines logged since the run started.
       - A new Xid on one of the container's GPUs makes the verdict Not clean (Xid 48, 79, 119, 120, 154 are reboot
         signals); Xids logged before the run are evidence only. An unreadable log is Not clean.
     type: bool

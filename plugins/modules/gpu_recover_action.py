@@ -30,7 +30,7 @@ description:
   - With O(stop_host_daemons), a host C(nvidia-persistenced) that holds the GPUs' device files (it blocks any reset)
     is stopped first (its systemd unit, else SIGTERM to that process) and started again afterwards (the unit, else
     its own command line), whatever the reset's outcome; the module fails if it does not come back. Any other host
-    process holding a GPU (DCGM, exporters, another tenant) is a client: that GPU's reset is refused.
+    process holding a GPU (DCGM, exporters, another tenant) is a client, so that GPU's reset is refused.
   - In check mode nothing is signalled, aborted or reset; the module reports what it would do.
 options:
   vmid:
@@ -376,8 +376,8 @@ def reset_gpus(module, vmid, smi, result):
     finally:
         for d in stopped:
             start_daemon(module, d)
-        result["daemons"] = [{k: d.get(k) for k in ("name", "pid", "unit", "argv", "stopped", "restarted",
-                                                   "pid_after", "error")} for d in daemons]
+        keys = ("name", "pid", "unit", "argv", "stopped", "restarted", "pid_after", "error")
+        result["daemons"] = [{k: d.get(k) for k in keys} for d in daemons]
 
 
 def _read_bytes(path):
