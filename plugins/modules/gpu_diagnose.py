@@ -220,7 +220,7 @@ node_time:
   type: float
 settled:
   description:
-    - Whether the verification of the rung that started at O(rung_started_at) may stop polling (gpu_recovery.settled)
+    - Whether the verification of the rung that started at O(rung_started_at) may stop polling (recover_gate.settled)
       - the gate passes, a reboot signal, a GPU reset the driver asks for, stuck past O(stuck_grace), or memory not
       released past O(release_grace). Without O(rung_started_at), whether the gate passes.
   returned: always
@@ -259,6 +259,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel as rk
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
@@ -458,7 +459,7 @@ def diagnose(module):
         keys = {(s["pid"], s["starttime"]) for s in sample["ct_stuck"]}
         stuck_keys = keys if stuck_keys is None else stuck_keys & keys
         samples.append(sample)
-        evaluations.append(gr.evaluate_sample(sample, baseline, tolerances))
+        evaluations.append(gate.evaluate_sample(sample, baseline, tolerances))
         if sample["nvidia_smi_hung"]:
             break
     last = samples[-1]
@@ -468,7 +469,7 @@ def diagnose(module):
     clean = all(e["clean"] for e in evaluations)
     failing = next((e for e in reversed(evaluations) if not e["clean"]), last_eval)
 
-    kernel = {"lines": [], "xids": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
+    kernel = {"lines": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
     kernel_verdict = {"reasons": [], "reboot_signals": [], "notes": [], "new_xids": [], "old_xids": []}
     if p["kernel_log"]:
         k1 = rk.read_kmsg(p["kmsg_path"])
@@ -505,7 +506,7 @@ def diagnose(module):
         reboot_signals.append("nvidia-smi hung")
     if last["nvidia_smi_error"] and "exited 15" in last["nvidia_smi_error"]:
         reboot_signals.append("a GPU has fallen off the bus (nvidia-smi rc 15)")
-    recovery_classes = {g: gr.recovery_action_class(last["recovery_actions"]["actions"].get(g))
+    recovery_classes = {g: gate.recovery_action_class(last["recovery_actions"]["actions"].get(g))
                         for g in container["gpus"]} if last["recovery_actions"].get("supported") \
         and not last["recovery_actions"].get("error") else {}
     asks_reboot = sorted(g for g, kind in recovery_classes.items() if kind == "reboot")
@@ -528,14 +529,14 @@ def diagnose(module):
         "reboot_signals": reboot_signals,
         "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
     }
-    rung, why = gr.choose_rung(diag, p["after_rung"])
+    rung, why = gate.choose_rung(diag, p["after_rung"])
     # Figures nvidia-smi cannot read ([N/A], [Unknown Error]) are Not clean, and when nothing else is wrong no rung
     # can make them readable: stop and say so instead of stopping the container or resetting GPUs for nothing.
     only_unreadable = (not clean and bool(failing["reasons"]) and not reboot_signals and not service_active
                        and not last["ct_holders"] and not stuck
                        and all(UNREADABLE_REASON in r for r in failing["reasons"]))
     if only_unreadable:
-        rung, why = gr.RUNG_CLEAN, "nothing a rung can change: %s" % "; ".join(failing["reasons"])
+        rung, why = gate.RUNG_CLEAN, "nothing a rung can change: %s" % "; ".join(failing["reasons"])
     # Reasons no rung of this container's ladder can change: a missing baseline, a new Xid that is not a reboot
     # signal, an unreadable kernel log. They make the verdict Not clean; alone they ask for no rung.
     unfixable = ([missing_baseline] if missing_baseline else []) + kernel_verdict["reasons"]
@@ -579,10 +580,10 @@ def diagnose(module):
                             "stuck": len(stuck), "holders": len(last["ct_holders"]),
                             "gpu_excess_without_process": excess_no_proc, "container_status": container["status"]}
     if p["rung_started_at"] is not None:
-        settled = gr.settled(rung, findings_for_settled, time.time() - p["rung_started_at"], p["after_rung"],
+        settled = gate.settled(rung, findings_for_settled, time.time() - p["rung_started_at"], p["after_rung"],
                              p["stuck_grace"], p["release_grace"])
     else:
-        settled = (rung == gr.RUNG_CLEAN, "the gate passes" if rung == gr.RUNG_CLEAN else "not clean")
+        settled = (rung == gate.RUNG_CLEAN, "the gate passes" if rung == gate.RUNG_CLEAN else "not clean")
     if unfixable:
         verdict, reasons = "Not clean", reasons + unfixable
         summary = "%s: CT %d (%s), %s" % (verdict, vmid, container["status"], "; ".join(reasons))
@@ -594,8 +595,8 @@ def diagnose(module):
         "reasons": reasons,
         "notes": notes,
         "recommended_rung": rung,
-        "recommended_rung_name": gr.RUNG_NAMES[rung],
-        "rung_names": [gr.RUNG_NAMES[r] for r in sorted(gr.RUNG_NAMES)],
+        "recommended_rung_name": gate.RUNG_NAMES[rung],
+        "rung_names": [gate.RUNG_NAMES[r] for r in sorted(gate.RUNG_NAMES)],
         "rung_reason": why,
         "summary": summary,
         "node_time": round(time.time(), 3),

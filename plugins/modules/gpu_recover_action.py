@@ -137,6 +137,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 
@@ -214,7 +215,7 @@ def replan(vmid, refs, init_pid):
     scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
     left = set(refs)
     targets = [x for x in scan["container"] if (int(x["pid"]), x["starttime"]) in left]
-    return gr.pids_to_signal(targets, scan["all"], vmid, init_pid)
+    return rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
 
 
 def kill_holders(module, vmid, smi, result):
@@ -230,7 +231,7 @@ def kill_holders(module, vmid, smi, result):
         result["refused"].append({"pid": pid, "why": "compute app not in CT %d (%s)" % (
             vmid, "CT %s" % ct if ct is not None else "host or gone")})
     init_pid = ct_init_pid(module, vmid)
-    plan = gr.pids_to_signal(targets, scan["all"], vmid, init_pid)
+    plan = rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
     result["refused"].extend(plan["skipped"])
     refs = members(plan, scan["all"])
     result["planned"] = {"action": "kill_holders", "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
@@ -243,15 +244,15 @@ def kill_holders(module, vmid, smi, result):
         return
     errors = []
     if p["term_grace"] > 0:
-        errors += gr.send_signal(plan, signal.SIGTERM)
+        errors += rsig.send_signal(plan, signal.SIGTERM)
         result["signalled"].append({"signal": "SIGTERM", "groups": plan["groups"], "pids": plan["pids"]})
-        gr.wait_until(lambda: not alive(refs), p["term_grace"])
+        rsig.wait_until(lambda: not alive(refs), p["term_grace"])
     if alive(refs):
         plan = replan(vmid, refs, init_pid)
-        errors += gr.send_signal(plan, signal.SIGKILL)
+        errors += rsig.send_signal(plan, signal.SIGKILL)
         result["signalled"].append({"signal": "SIGKILL", "groups": plan["groups"], "pids": plan["pids"]})
     result["changed"] = True
-    gr.wait_until(lambda: not alive(refs), p["wait"])
+    rsig.wait_until(lambda: not alive(refs), p["wait"])
     result["remaining"] = alive(refs)
     if errors:
         result["errors"] = errors
@@ -272,7 +273,7 @@ def abort_fuse(module, vmid, result):
                 continue
             conns.setdefault(c["conn"], dict(c, pids=[]))["pids"].append(x["pid"])
     init_pid = ct_init_pid(module, vmid)
-    plan = gr.pids_to_signal(stuck, scan["all"], vmid, init_pid)
+    plan = rsig.pids_to_signal(stuck, scan["all"], vmid, init_pid)
     # Only the stuck PIDs themselves: their group may hold unrelated processes of the container.
     plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
             "skipped": plan["skipped"]}
@@ -286,14 +287,14 @@ def abort_fuse(module, vmid, result):
         return
     for conn, info in sorted(conns.items()):
         try:
-            gr.abort_fuse_connection(conn)
+            rsig.abort_fuse_connection(conn)
             result["aborted"].append(info)
             result["changed"] = True
         except OSError as exc:
             result["refused"].append({"conn": conn, "why": "abort failed: %s" % exc})
-    errors = gr.send_signal(plan, signal.SIGKILL)
+    errors = rsig.send_signal(plan, signal.SIGKILL)
     result["signalled"].append({"signal": "SIGKILL", "groups": [], "pids": plan["pids"]})
-    gr.wait_until(lambda: not alive(refs), p["wait"])
+    rsig.wait_until(lambda: not alive(refs), p["wait"])
     result["remaining"] = alive(refs)
     if errors:
         result["errors"] = errors
@@ -401,8 +402,8 @@ def stop_daemon(module, d):
         if rc != 0:
             d["error"] = "systemctl stop %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
     else:
-        gr.signal_pid(d["pid"], d.get("starttime"), gr.SIGNALS["TERM"])
-    gone = gr.wait_until(lambda: not _same_process(d["pid"], d.get("starttime")), 30)
+        rsig.signal_pid(d["pid"], d.get("starttime"), rsig.SIGNALS["TERM"])
+    gone = rsig.wait_until(lambda: not _same_process(d["pid"], d.get("starttime")), 30)
     d["stopped"] = bool(gone)
     if not gone:
         raise DaemonError("%s (pid %d) did not stop within 30 s; no GPU was reset" % (d["name"], d["pid"]))
@@ -426,7 +427,7 @@ def start_daemon(module, d):
             if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and set(d["gpus"]) <= set(h["gpu_fds"]):
                 return h["pid"]
         return None
-    gr.wait_until(lambda: holding() is not None, 30)
+    rsig.wait_until(lambda: holding() is not None, 30)
     d["pid_after"] = holding()
     d["restarted"] = d["pid_after"] is not None
     if not d["restarted"]:

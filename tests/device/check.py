@@ -2,7 +2,7 @@
 """Self-checking device test of the recovery logic on a real NVIDIA GPU (see README.md). Never resets or
 reconfigures the GPU: only nvidia-smi queries, a driver-API holder process, and signals to that holder.
 
-Uses the collection's stdlib-only module_utils directly (gpu_facts, gpu_recovery), and, when ansible is
+Uses the collection's stdlib-only module_utils directly (gpu_facts, gpu_recovery, recover_signals), and, when ansible is
 installed, the modules gpu_host_facts and gpu_recover_action through a local connection.
 """
 import json
@@ -18,6 +18,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 import gpu_facts  # noqa: E402
 import gpu_recovery as gr  # noqa: E402
+import recover_signals as rsig  # noqa: E402
 
 VMID = int(os.environ.get("DEVICE_TEST_VMID", "9999"))
 MIB = int(os.environ.get("DEVICE_TEST_MIB", "2048"))
@@ -104,7 +105,7 @@ def main():
         ok("cgroup maps the holder to the container", proc["vmid"] == VMID, str(proc["cgroup"]))
     procs = [p for p in (gr.read_process(x, "/") for x in gr.list_pids("/")) if p]
     target = dict(proc, vmid=VMID)  # without a writable cgroupfs: scope by our own decision, logic unchanged
-    plan = gr.pids_to_signal([target], [dict(p, vmid=VMID) if p["pgid"] == proc["pgid"] else p for p in procs], VMID, None)
+    plan = rsig.pids_to_signal([target], [dict(p, vmid=VMID) if p["pgid"] == proc["pgid"] else p for p in procs], VMID, None)
     ok("plan is the holder's own process group", plan["groups"] == [proc["pgid"]] and not plan["skipped"], str(plan))
     used_ansible = False
     if cg and shutil.which("ansible"):
@@ -118,10 +119,10 @@ def main():
         ok("gpu_recover_action kill_holders runs", r.returncode == 0, r.stdout[-600:])
         used_ansible = True
     else:
-        gr.send_signal(plan, signal.SIGTERM)
+        rsig.send_signal(plan, signal.SIGTERM)
         time.sleep(3)
         ok("SIGTERM ignored by the holder (SIGKILL needed)", holder.poll() is None)
-        gr.send_signal(plan, signal.SIGKILL)
+        rsig.send_signal(plan, signal.SIGKILL)
     try:
         holder.wait(timeout=30)
     except subprocess.TimeoutExpired:

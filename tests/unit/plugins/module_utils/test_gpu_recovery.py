@@ -8,6 +8,8 @@ import signal
 import pytest
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts as gf
 
 # /proc/PID/cgroup of a scheduler rank in CT 129 on a PVE 8 host (pure cgroup v2).
@@ -160,7 +162,6 @@ def test_parse_kernel_log():
 [Sun Nov 29 17:10:00 2026] eth0: link up
 """
     k = gr.parse_kernel_log(text, 129)
-    assert k["xids"] == [79]
     assert k["oom_kills_in_container"] == 1
     assert len(k["lines"]) == 3
     assert gr.parse_kernel_log(text, 130)["oom_kills_in_container"] == 0
@@ -194,7 +195,7 @@ def sample(**kw):
 
 
 def test_evaluate_clean_with_baseline():
-    e = gr.evaluate_sample(sample(), BASE, TOL)
+    e = gate.evaluate_sample(sample(), BASE, TOL)
     assert e["clean"], e["reasons"]
     assert e["host"]["judged_against"] == "baseline"
 
@@ -202,7 +203,7 @@ def test_evaluate_clean_with_baseline():
 def test_evaluate_driver_held_memory():
     s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 86140, "apps": []},
                      {"index": 7, "uuid": "GPU-7", "memory_used_mib": 4, "apps": []}])
-    e = gr.evaluate_sample(s, BASE, TOL)
+    e = gate.evaluate_sample(s, BASE, TOL)
     assert not e["clean"]
     assert any("held by the driver" in r for r in e["reasons"])
 
@@ -213,7 +214,7 @@ def test_evaluate_unknown_memory_is_not_clean(text):
     row = gf.parse_gpu_csv("7, NVIDIA RTX PRO 6000, 97887, %s, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n" % text)[0]
     assert row["memory_used_mib"] is None
     s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0, "apps": []}, dict(row, apps=[])])
-    e = gr.evaluate_sample(s, BASE, TOL)
+    e = gate.evaluate_sample(s, BASE, TOL)
     assert not e["clean"]
     assert [r for r in e["reasons"] if r.startswith("GPU 7")] == [
         "GPU 7: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): it cannot be judged clean"]
@@ -225,7 +226,7 @@ def test_evaluate_own_and_foreign_apps():
     s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 1500, "apps": apps},
                      {"index": 7, "uuid": "GPU-7", "memory_used_mib": 1004,
                       "apps": [{"pid": 3, "process_name": "x", "used_memory_mib": 1000, "owner": 130}]}])
-    e = gr.evaluate_sample(s, BASE, TOL)
+    e = gate.evaluate_sample(s, BASE, TOL)
     assert not e["clean"]
     assert any("compute app(s) of CT 131" in r for r in e["reasons"])
     assert not any(r.startswith("GPU 7") for r in e["reasons"])  # only CT 130 uses GPU 7: not ours
@@ -235,15 +236,15 @@ def test_evaluate_own_and_foreign_apps():
 def test_evaluate_host_memory_with_and_without_baseline():
     s = sample(host_memory={"mem_total_bytes": 100 * gr.GIB, "mem_available_bytes": 70 * gr.GIB,
                             "shmem_bytes": 5 * gr.GIB, "mlocked_bytes": 0}, ct_memory_usage_bytes=20 * gr.GIB)
-    e = gr.evaluate_sample(s, BASE, TOL)
+    e = gate.evaluate_sample(s, BASE, TOL)
     assert any("MemAvailable" in r for r in e["reasons"])
     assert any("Shmem" in r for r in e["reasons"])
-    e2 = gr.evaluate_sample(s, None, TOL)
+    e2 = gate.evaluate_sample(s, None, TOL)
     assert e2["clean"]
     assert "no baseline" in e2["notes"][0]
     s3 = sample(host_memory={"mem_total_bytes": 100 * gr.GIB, "mem_available_bytes": 5 * gr.GIB},
                 ct_memory_usage_bytes=50 * gr.GIB)
-    assert not gr.evaluate_sample(s3, None, TOL)["clean"]
+    assert not gate.evaluate_sample(s3, None, TOL)["clean"]
 
 
 def test_host_memory_used_by_another_tenant_is_only_a_note():
@@ -251,20 +252,20 @@ def test_host_memory_used_by_another_tenant_is_only_a_note():
     for usage in (80 * gr.MIB, None):
         s = sample(host_memory={"mem_total_bytes": 100 * gr.GIB, "mem_available_bytes": 70 * gr.GIB,
                                 "shmem_bytes": gr.GIB, "mlocked_bytes": 0}, ct_memory_usage_bytes=usage)
-        e = gr.evaluate_sample(s, BASE, TOL)
+        e = gate.evaluate_sample(s, BASE, TOL)
         assert e["clean"], e["reasons"]
         assert any("not attributable to CT 131" in n for n in e["notes"])
 
 
 def test_evaluate_hung_nvidia_smi():
-    e = gr.evaluate_sample(sample(gpus=[], nvidia_smi_hung=True), BASE, TOL)
+    e = gate.evaluate_sample(sample(gpus=[], nvidia_smi_hung=True), BASE, TOL)
     assert not e["clean"]
     assert "nvidia-smi hung (timed out)" in e["reasons"]
 
 
 def test_default_available_tolerance():
-    assert gr.default_available_tolerance(449 * gr.GIB) == int(449 * gr.GIB * 0.02)
-    assert gr.default_available_tolerance(24 * gr.GIB) == 8 * gr.GIB
+    assert gate.default_available_tolerance(449 * gr.GIB) == int(449 * gr.GIB * 0.02)
+    assert gate.default_available_tolerance(24 * gr.GIB) == 8 * gr.GIB
 
 
 def D(**kw):
@@ -298,7 +299,7 @@ def D(**kw):
     ],
 )
 def test_choose_rung(diag, after, rung):
-    got, why = gr.choose_rung(diag, after)
+    got, why = gate.choose_rung(diag, after)
     assert got == rung, why
     assert got == 0 or got > after
 
@@ -315,7 +316,7 @@ def test_pids_to_signal_scoped_to_the_container():
     mixed = P(5300, 5300)
     outside = P(6000, 6000, vmid=130)
     procs = [init, rank0, rank1, main, escaped, mixed_member_host, mixed, outside]
-    plan = gr.pids_to_signal([rank0, rank1, escaped, mixed, outside, init], procs, 131, 5000)
+    plan = rsig.pids_to_signal([rank0, rank1, escaped, mixed, outside, init], procs, 131, 5000)
     assert plan["groups"] == [5100, 5200]  # whole process groups, all members in CT 131
     assert plan["pids"] == [5300]  # its group has a host member: only the PID itself
     assert {s["pid"] for s in plan["skipped"]} == {6000, 5000}
@@ -324,7 +325,7 @@ def test_pids_to_signal_scoped_to_the_container():
 def test_pids_to_signal_never_the_init_group():
     init = P(5000, 5000, nspid=[5000, 1])
     child = P(5001, 5000)  # in the init's process group
-    plan = gr.pids_to_signal([child], [init, child], 131, 5000)
+    plan = rsig.pids_to_signal([child], [init, child], 131, 5000)
     assert plan == {"groups": [], "pids": [5001], "starttimes": {5001: 1}, "skipped": []}
 
 
@@ -338,7 +339,7 @@ def test_send_signal_uses_negative_pgid_and_ignores_esrch():
         if pid == 8:
             raise PermissionError("nope")
 
-    errors = gr.send_signal({"groups": [100], "pids": [7, 8]}, signal.SIGKILL, fake_kill)
+    errors = rsig.send_signal({"groups": [100], "pids": [7, 8]}, signal.SIGKILL, fake_kill)
     assert calls == [(-100, signal.SIGKILL), (7, signal.SIGKILL), (8, signal.SIGKILL)]
     assert len(errors) == 1 and "nope" in errors[0]
 
@@ -427,8 +428,8 @@ def test_shm_leftovers(tmp_path):
 def test_wait_until():
     ticks = iter(range(100))
     values = iter([False, False, True])
-    assert gr.wait_until(lambda: next(values), 10, 1, sleep=lambda s: None, clock=lambda: next(ticks))
-    assert not gr.wait_until(lambda: False, 2, 1, sleep=lambda s: None, clock=lambda: next(ticks))
+    assert rsig.wait_until(lambda: next(values), 10, 1, sleep=lambda s: None, clock=lambda: next(ticks))
+    assert not rsig.wait_until(lambda: False, 2, 1, sleep=lambda s: None, clock=lambda: next(ticks))
 
 
 # --------------------------------------------------------------------------- the driver's recovery action
@@ -446,15 +447,15 @@ def test_parse_recovery_actions():
                                         ("Drain and Reset", "reset"), ("Node Reboot", "reboot"),
                                         ("System Reboot", "reboot"), (None, "unknown"), ("Recover IMEX Domain", "unknown")])
 def test_recovery_action_class(value, kind):
-    assert gr.recovery_action_class(value) == kind
+    assert gate.recovery_action_class(value) == kind
 
 
 def test_a_gpu_reset_asked_by_the_driver_stops_the_container_first_then_resets():
     diag = {"clean": False, "container_status": "running", "service_active": True, "recovery_reset": True}
-    assert gr.choose_rung(diag)[0] == gr.RUNG_STOP_CONTAINER
+    assert gate.choose_rung(diag)[0] == gate.RUNG_STOP_CONTAINER
     stopped = dict(diag, container_status="stopped", service_active=False)
-    assert gr.choose_rung(stopped, after_rung=gr.RUNG_STOP_CONTAINER)[0] == gr.RUNG_RESET_GPUS
-    assert gr.choose_rung(stopped, after_rung=gr.RUNG_RESET_GPUS)[0] == gr.RUNG_REBOOT
+    assert gate.choose_rung(stopped, after_rung=gate.RUNG_STOP_CONTAINER)[0] == gate.RUNG_RESET_GPUS
+    assert gate.choose_rung(stopped, after_rung=gate.RUNG_RESET_GPUS)[0] == gate.RUNG_REBOOT
 
 
 # --------------------------------------------------------------------------- signalling a planned PID (real processes)
@@ -469,7 +470,7 @@ def _child():
 def test_signal_pid_hits_the_planned_process():
     proc, start = _child()
     try:
-        assert gr.signal_pid(proc.pid, start, signal.SIGKILL) == "sent"
+        assert rsig.signal_pid(proc.pid, start, signal.SIGKILL) == "sent"
         assert proc.wait(timeout=5) == -signal.SIGKILL
     finally:
         proc.kill()
@@ -479,21 +480,21 @@ def test_signal_pid_never_hits_a_reused_pid():
     proc, start = _child()
     try:
         # The plan saw another process (another start time) under this PID: the one there now is not signalled.
-        assert gr.signal_pid(proc.pid, start + 1, signal.SIGKILL) == "reused"
+        assert rsig.signal_pid(proc.pid, start + 1, signal.SIGKILL) == "reused"
         assert proc.poll() is None
-        errors = gr.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start + 1}}, signal.SIGKILL)
+        errors = rsig.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start + 1}}, signal.SIGKILL)
         assert errors and "reused" in errors[0] and proc.poll() is None
-        assert gr.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start}}, signal.SIGKILL) == []
+        assert rsig.send_signal({"groups": [], "pids": [proc.pid], "starttimes": {proc.pid: start}}, signal.SIGKILL) == []
         assert proc.wait(timeout=5) == -signal.SIGKILL
     finally:
         proc.kill()
     proc.wait()
-    assert gr.signal_pid(proc.pid, start, signal.SIGKILL) == "gone"
+    assert rsig.signal_pid(proc.pid, start, signal.SIGKILL) == "gone"
 
 
 def test_pids_to_signal_carries_the_start_times():
     procs = [{"pid": 10, "pgid": 1, "vmid": 129, "nspid": [10, 5], "starttime": 777}]
-    plan = gr.pids_to_signal(procs, procs, 129, None)
+    plan = rsig.pids_to_signal(procs, procs, 129, None)
     assert plan["pids"] == [10] and plan["starttimes"] == {10: 777}
 
 
@@ -523,7 +524,7 @@ def _stub(kind):
 
 
 def test_the_clean_sample_the_stubs_start_from_is_clean():
-    assert gr.evaluate_sample(sample(recovery_actions=_SUPPORTED), BASE, TOL)["clean"]
+    assert gate.evaluate_sample(sample(recovery_actions=_SUPPORTED), BASE, TOL)["clean"]
 
 
 @pytest.mark.parametrize("kind", ["memory.used [N/A]", "GPU row missing", "nvidia-smi failed", "nvidia-smi hung",
@@ -531,7 +532,7 @@ def test_the_clean_sample_the_stubs_start_from_is_clean():
                                   "recovery action Reset", "compute app listed but gone", "17 MiB above baseline",
                                   "a holder in the container", "a stuck process"])
 def test_any_unknown_or_bad_reading_alone_is_not_clean(kind):
-    e = gr.evaluate_sample(_stub(kind), BASE, TOL)
+    e = gate.evaluate_sample(_stub(kind), BASE, TOL)
     assert not e["clean"] and e["reasons"], kind
 
 
@@ -551,5 +552,5 @@ def test_any_unknown_or_bad_reading_alone_is_not_clean(kind):
     (4, {"container_status": "running"}, 100, 2, False),                        # nothing the graces cover: budget
 ])
 def test_settled(rung, findings, elapsed, after, expect):
-    done, why = gr.settled(rung, findings, elapsed, after, 30, 15)
+    done, why = gate.settled(rung, findings, elapsed, after, 30, 15)
     assert done is expect, why

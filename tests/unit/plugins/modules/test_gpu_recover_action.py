@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
 
 VMID = 129
@@ -26,8 +27,8 @@ def kill_holders(monkeypatch, scans):
     sent, scans = [], list(scans)
     monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: scans.pop(0) if len(scans) > 1 else scans[0])
     monkeypatch.setattr(gr, "uvm_majors", lambda: [])
-    monkeypatch.setattr(gr, "wait_until", lambda cond, timeout: cond())
-    monkeypatch.setattr(gr, "send_signal", lambda plan, sig: sent.append((plan, sig)) or [])
+    monkeypatch.setattr(rsig, "wait_until", lambda cond, timeout: cond())
+    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: sent.append((plan, sig)) or [])
     monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
     monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: 5000)
     states = iter([[{"pid": 1}], []])  # alive before the SIGKILL, gone after
@@ -143,13 +144,13 @@ def test_persistenced_is_stopped_for_the_reset_and_started_again(monkeypatch):
         events.append(("signal", pid, starttime, sig))
         alive["old"] = False
         return "sent"
-    monkeypatch.setattr(gr, "signal_pid", signal_pid)
+    monkeypatch.setattr(rsig, "signal_pid", signal_pid)
     monkeypatch.setattr(action, "_same_process", lambda pid, st: alive["old"])
     monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
-    monkeypatch.setattr(gr, "wait_until", lambda pred, timeout, **kw: pred())
+    monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: pred())
     result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED],
                            after_start=[dict(PERSISTENCED, pid=5555, starttime=300)])
-    assert events == [("signal", 4321, 99, gr.SIGNALS["TERM"])]
+    assert events == [("signal", 4321, 99, rsig.SIGNALS["TERM"])]
     assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
     assert module.daemon_started
     daemon = result["daemons"][0]
@@ -167,10 +168,10 @@ def test_without_stop_host_daemons_persistenced_blocks_the_reset(monkeypatch):
 
 
 def test_a_daemon_that_does_not_come_back_is_reported(monkeypatch):
-    monkeypatch.setattr(gr, "signal_pid", lambda pid, starttime, sig, root="/": "sent")
+    monkeypatch.setattr(rsig, "signal_pid", lambda pid, starttime, sig, root="/": "sent")
     monkeypatch.setattr(action, "_same_process", lambda pid, st: False)
     monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
-    monkeypatch.setattr(gr, "wait_until", lambda pred, timeout, **kw: pred())
+    monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: pred())
     result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED], after_start=[])
     daemon = result["daemons"][0]
     assert daemon["stopped"] is True and daemon["restarted"] is False

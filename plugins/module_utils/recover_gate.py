@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The recovery ladder's decisions: the rungs (defined once), the Clean gate for one sample
+(``evaluate_sample``, ``judge_host_memory``), the rung to take (``choose_rung``, ``next_rung_after``) and when a
+verification may stop polling (``settled``). Sources: docs/recover.md, gpu-recovery.md §4.3 and §6.
+
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_gpu_recovery.py (with the parsers it judges).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+GIB = 1024**3
+
+# --------------------------------------------------------------------------- the ladder
+
+RUNG_CLEAN = 0
+RUNG_STOP_SERVICE = 1
+RUNG_KILL_HOLDERS = 2
+RUNG_UNBLOCK_STUCK = 3
+RUNG_STOP_CONTAINER = 4
+RUNG_RESET_GPUS = 5
+RUNG_REBOOT = 6
+
+RUNG_NAMES: dict[int, str] = {
+    RUNG_CLEAN: "diagnose",
+    RUNG_STOP_SERVICE: "stop_service",
+    RUNG_KILL_HOLDERS: "kill_holders",
+    RUNG_UNBLOCK_STUCK: "unblock_stuck",
+    RUNG_STOP_CONTAINER: "stop_container",
+    RUNG_RESET_GPUS: "reset_gpus",
+    RUNG_REBOOT: "reboot_report",
+}
+
+
+# nvidia-smi --query-gpu=gpu_recovery_action (NVML nvmlDeviceGpuRecoveryAction_t): what the driver says must happen
+# before the GPU can be used again (NVIDIA, "Error Recovery and Response Flags", A100 GPU memory error management).
+RECOVERY_ACTION_NONE = "none"
+RECOVERY_ACTIONS_REBOOT = ("reboot",)              # Node Reboot / System Reboot: the OS may be inconsistent
+RECOVERY_ACTIONS_RESET = ("reset", "drain")        # GPU Reset, Drain P2P, Drain and Reset, Bus Reset
+
+
+def recovery_action_class(value: Optional[str]) -> str:
+    """"ok", "reboot", "reset" or "unknown" for one GPU's gpu_recovery_action."""
+    if value is None:
+        return "unknown"
+    low = value.strip().lower()
+    if low == RECOVERY_ACTION_NONE:
+        return "ok"
+    if any(word in low for word in RECOVERY_ACTIONS_REBOOT):
+        return "reboot"
+    if any(word in low for word in RECOVERY_ACTIONS_RESET):
+        return "reset"
+    return "unknown"
+
+
+
+def default_available_tolerance(mem_total_bytes: Optional[int]) -> int:
+    """max(2 % of MemTotal, 8 GiB) (GR §4.3, host clean)."""
+    return max(int((mem_total_bytes or 0) * 0.02), 8 * GIB)
+
+
+def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, Any]],
+                    tolerances: Mapping[str, Any]) -> dict[str, Any]:
+    """Judge one sample against the baseline. Returns {"clean": bool, "reasons": [...], "gpus": [...],
+    "host": {...}, "notes": [...]}.
+
+    sample keys: vmid, container_gpus [int], gpus (nvidia-smi rows + "apps": [{pid, used_memory_mib,
+    owner}]), ct_holders [proc], ct_stuck [proc], host_memory {meminfo bytes}, nvidia_smi_error,
+    nvidia_smi_hung. owner is the VMID (int) of a container, "host" or "gone".
+    """
+    reasons: list[str] = []
+    notes: list[str] = []
+    gpu_tol = int(tolerances.get("gpu_memory_mib", 16))
+    base_gpus = {int(g["index"]): g for g in (baseline or {}).get("gpus", []) if g.get("index") is not None}
+    vmid = sample["vmid"]
+    gpu_rows: list[dict[str, Any]] = []
+    if sample.get("nvidia_smi_hung"):
+        reasons.append("nvidia-smi hung (timed out)")
+    elif sample.get("nvidia_smi_error"):
+        reasons.append("nvidia-smi failed: %s" % sample["nvidia_smi_error"])
+    by_index = {int(g["index"]): g for g in sample.get("gpus", []) if g.get("index") is not None}
+    for idx in sample.get("container_gpus", []):
+        row = by_index.get(idx)
+        if row is None:
+            if not sample.get("nvidia_smi_error") and not sample.get("nvidia_smi_hung"):
+                reasons.append("GPU %d of the container is not reported by nvidia-smi" % idx)
+            continue
+        apps = row.get("apps", [])
+        if row.get("memory_used_mib") is None:
+            # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (GR §4).
+            reasons.append("GPU %d: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): "
+                           "it cannot be judged clean" % idx)
+            gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": None, "compute_apps": apps,
+                             "clean": False})
+            continue
+        own = [a for a in apps if a.get("owner") == vmid]
+        foreign = [a for a in apps if a.get("owner") not in (vmid,)]
+        foreign_mib = sum(int(a.get("used_memory_mib") or 0) for a in foreign if a.get("owner") != "gone")
+        base_mib = int(base_gpus.get(idx, {}).get("memory_used_mib") or 0)
+        used = int(row.get("memory_used_mib") or 0)
+        excess = used - foreign_mib - base_mib
+        ok = not own and not [a for a in foreign if a.get("owner") == "gone"] and excess <= gpu_tol
+        gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": used, "baseline_mib": base_mib,
+                         "other_holders_mib": foreign_mib, "excess_mib": excess, "compute_apps": apps, "clean": ok})
+        if own:
+            reasons.append("GPU %d: %d compute app(s) of CT %s (%s)" % (
+                idx, len(own), vmid, ", ".join("%s/%s" % (a["pid"], a.get("process_name")) for a in own)))
+        ghosts = [a for a in apps if a.get("owner") == "gone"]
+        if ghosts:
+            reasons.append("GPU %d: compute app PID(s) %s listed but no longer exist" % (
+                idx, ", ".join(str(a["pid"]) for a in ghosts)))
+        if excess > gpu_tol:
+            reasons.append("GPU %d: %d MiB used, %d MiB above baseline %d MiB (tolerance %d MiB)%s" % (
+                idx, used, excess, base_mib, gpu_tol,
+                "" if own or apps else " with no process: held by the driver"))
+        if foreign:
+            notes.append("GPU %d is also used by %s" % (idx, ", ".join(
+                "%s (%s)" % (a["pid"], "CT %s" % a["owner"] if isinstance(a["owner"], int) else a["owner"]) for a in foreign)))
+    recovery = sample.get("recovery_actions") or {"supported": False, "actions": {}, "error": None}
+    if recovery.get("supported"):
+        for idx in sample.get("container_gpus", []):
+            if recovery.get("error"):
+                reasons.append("GPU %d: nvidia-smi could not read gpu_recovery_action (%s): it cannot be judged clean"
+                               % (idx, recovery["error"]))
+                continue
+            value = recovery["actions"].get(idx)
+            kind = recovery_action_class(value)
+            if kind != "ok":
+                reasons.append("GPU %d: the driver's recovery action is %s%s" % (
+                    idx, repr(value) if value is not None else "unreadable",
+                    {"reboot": ": the node must be rebooted", "reset": ": the GPU must be reset (nvidia-smi -r) "
+                     "with no process on it", "unknown": ": it cannot be judged clean"}[kind]))
+    elif recovery.get("error"):
+        notes.append("gpu_recovery_action not checked: %s" % recovery["error"].splitlines()[0])
+    holders = sample.get("ct_holders", [])
+    if holders:
+        reasons.append("%d process(es) of CT %s hold /dev/nvidia*: %s" % (
+            len(holders), vmid, ", ".join("%d/%s" % (p["pid"], p["comm"]) for p in holders[:8])))
+    stuck = sample.get("ct_stuck", [])
+    if stuck:
+        reasons.append("%d process(es) of CT %s stuck: %s" % (
+            len(stuck), vmid, ", ".join("%d/%s (%s)" % (p["pid"], p["comm"], p["class"]) for p in stuck[:8])))
+    host = judge_host_memory(sample.get("host_memory") or {}, (baseline or {}).get("host"), tolerances,
+                             sample.get("ct_memory_usage_bytes"), vmid)
+    reasons.extend(host["reasons"])
+    notes.extend(host["notes"])
+    return {"clean": not reasons, "reasons": reasons, "gpus": gpu_rows, "host": host, "notes": notes}
+
+
+def judge_host_memory(now: Mapping[str, Any], base: Optional[Mapping[str, Any]],
+                      tolerances: Mapping[str, Any], ct_usage_bytes: Optional[int] = None,
+                      vmid: Optional[int] = None) -> dict[str, Any]:
+    """Host memory against the baseline (GR §4.3 host clean); without a baseline, against an absolute
+    floor of MemAvailable (tolerances["min_available_pct"] % of MemTotal), and say so.
+
+    The node is shared: a shortfall counts against this container only when it can be its doing, i.e. its
+    cgroup uses more than tolerances["ct_attribution_bytes"] (default 2 GiB); otherwise (the container is
+    stopped or small) the finding is a note, because no rung of this container's ladder can change it.
+    """
+    reasons: list[str] = []
+    notes: list[str] = []
+    total = now.get("mem_total_bytes")
+    avail = now.get("mem_available_bytes")
+    checks: dict[str, Any] = {}
+    if base and base.get("mem_available_bytes") is not None:
+        tol = tolerances.get("mem_available_bytes")
+        tol = int(tol) if tol is not None else default_available_tolerance(total)
+        floor = int(base["mem_available_bytes"]) - tol
+        checks["mem_available"] = {"now": avail, "baseline": base["mem_available_bytes"], "min": floor}
+        if avail is not None and avail < floor:
+            reasons.append("host MemAvailable %.1f GiB below baseline %.1f GiB minus tolerance %.1f GiB" % (
+                avail / GIB, base["mem_available_bytes"] / GIB, tol / GIB))
+        for key, tkey, default in (("shmem_bytes", "shmem_bytes", 2 * GIB), ("mlocked_bytes", "mlocked_bytes", GIB)):
+            if base.get(key) is None or now.get(key) is None:
+                continue
+            t = tolerances.get(tkey)
+            t = int(t) if t is not None else default
+            ceiling = int(base[key]) + t
+            checks[key] = {"now": now[key], "baseline": base[key], "max": ceiling}
+            if now[key] > ceiling:
+                reasons.append("host %s %.2f GiB above baseline %.2f GiB plus tolerance %.2f GiB" % (
+                    key.replace("_bytes", "").capitalize(), now[key] / GIB, base[key] / GIB, t / GIB))
+        judged = "baseline"
+    else:
+        pct = float(tolerances.get("min_available_pct", 10))
+        floor = int((total or 0) * pct / 100)
+        checks["mem_available"] = {"now": avail, "baseline": None, "min": floor}
+        notes.append("no baseline: host memory judged only by MemAvailable >= %g%% of MemTotal" % pct)
+        if avail is not None and avail < floor:
+            reasons.append("host MemAvailable %.1f GiB below %g%% of MemTotal (no baseline)" % (avail / GIB, pct))
+        judged = "absolute floor (no baseline)"
+    attribution = tolerances.get("ct_attribution_bytes")
+    attribution = int(attribution) if attribution is not None else 2 * GIB
+    if reasons and (ct_usage_bytes is None or ct_usage_bytes <= attribution):
+        notes.extend("not attributable to CT %s (its cgroup uses %s): %s" % (
+            vmid, "nothing, it is stopped" if ct_usage_bytes is None else "%.2f GiB" % (ct_usage_bytes / GIB), r)
+            for r in reasons)
+        reasons = []
+    checks["container_usage_bytes"] = ct_usage_bytes
+    return {"judged_against": judged, "checks": checks, "reasons": reasons, "notes": notes}
+
+
+# --------------------------------------------------------------------------- choosing the rung
+
+
+def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]:
+    """The first rung the evidence says is needed (jump, don't walk), never one at or below ``after_rung``.
+
+    diag keys: clean, container_status ("running"/"stopped"/None), service_active (bool), ct_holders,
+    ct_stuck (procs with "class"), gpu_excess_without_process (bool), host_memory_only (bool),
+    reboot_signals [str], reset_refused (bool), recovery_reset (bool: the driver's gpu_recovery_action asks for a
+    GPU reset on one of the container's GPUs).
+    Returns (rung, reason); rung 0 means nothing to do.
+    """
+    if diag.get("clean"):
+        return RUNG_CLEAN, "clean: nothing to do"
+    signals = list(diag.get("reboot_signals") or [])
+    stuck = diag.get("ct_stuck") or []
+    classes = {p.get("class") for p in stuck}
+    if "stuck_nvidia" in classes:
+        signals.append("process(es) in D state inside the NVIDIA driver: %s" % ", ".join(
+            str(p["pid"]) for p in stuck if p.get("class") == "stuck_nvidia"))
+    if signals:
+        return RUNG_REBOOT, "; ".join(signals)
+
+    def pick(rung: int, reason: str) -> tuple[int, str]:
+        if rung > after_rung:
+            return rung, reason
+        return next_rung_after(diag, after_rung)
+
+    running = diag.get("container_status") == "running"
+    if diag.get("recovery_reset") and not stuck:
+        # NVIDIA: terminate all GPU processes, reset the GPU with nvidia-smi -r. Stopping the container ends every
+        # client of its GPUs at once (rung 4); the reset follows (rung 5).
+        if running:
+            return pick(RUNG_STOP_CONTAINER, "the driver asks for a GPU reset: stop the container so no client is left")
+        return pick(RUNG_RESET_GPUS, "the driver asks for a GPU reset and the container is stopped: reset the GPUs")
+    if classes & {"stuck_fuse", "stuck_nfs"}:
+        return pick(RUNG_UNBLOCK_STUCK, "process(es) in D state on FUSE/NFS: abort the connection")
+    if classes & {"stuck_unknown", "zombie_with_threads"}:
+        return pick(RUNG_STOP_CONTAINER, "stuck process(es) of unknown cause: stop the container")
+    if running and diag.get("service_active"):
+        return pick(RUNG_STOP_SERVICE, "the service is active: stop and disable it")
+    if diag.get("ct_holders"):
+        return pick(RUNG_KILL_HOLDERS, "the service is not active but processes of the container hold the GPUs")
+    if diag.get("gpu_excess_without_process"):
+        if running:
+            return pick(RUNG_STOP_CONTAINER, "GPU memory held with no process (driver-held): stop the container")
+        return pick(RUNG_RESET_GPUS, "GPU memory held with no process and the container stopped: reset the GPUs")
+    if diag.get("host_memory_only"):
+        if running:
+            return pick(RUNG_STOP_CONTAINER, "only host memory is above baseline: stop the container to release it")
+        return RUNG_REBOOT, "host memory above baseline with the container stopped: nothing left but a reboot"
+    return pick(RUNG_STOP_CONTAINER, "not clean for a reason no lower rung addresses")
+
+
+def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float, after_rung: int,
+            stuck_grace_s: float, release_grace_s: float) -> tuple[bool, str]:
+    """Whether the verification after ``after_rung`` may stop polling, and why (the rest is the next rung's job).
+
+    Stops when the gate passes (recommended rung 0: clean, or only the baseline is missing), on a reboot signal,
+    when the driver asks for a GPU reset that no waiting brings (before rung 5), when processes are still stuck
+    past ``stuck_grace_s``, or when, with none stuck, GPU memory is held with no process, holders remain or the
+    container is down past ``release_grace_s`` (slow teardown, gpu-recovery.md §1.2 g). ``elapsed_s`` counts from
+    the rung's start on the node's clock.
+    """
+    if recommended_rung == RUNG_CLEAN:
+        return True, "the gate passes (or only the baseline is missing)"
+    signals = findings.get("reboot_signals") or []
+    if signals:
+        return True, "reboot signal: %s" % "; ".join(signals)
+    if findings.get("recovery_reset") and after_rung < RUNG_RESET_GPUS:
+        return True, "the driver asks for a GPU reset: waiting does not clear it"
+    stuck = int(findings.get("stuck") or 0)
+    if stuck and elapsed_s >= stuck_grace_s:
+        return True, "%d process(es) still stuck after %.0f s (grace %.0f s)" % (stuck, elapsed_s, stuck_grace_s)
+    if not stuck and elapsed_s >= release_grace_s and (
+            findings.get("gpu_excess_without_process") or int(findings.get("holders") or 0) > 0
+            or findings.get("container_status") != "running"):
+        return True, "not released after %.0f s (release grace %.0f s)" % (elapsed_s, release_grace_s)
+    return False, "waiting (%.0f s since the rung started)" % elapsed_s
+
+
+def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]:
+    """The rung that follows ``after_rung`` when the preferred one was already tried."""
+    running = diag.get("container_status") == "running"
+    if after_rung < RUNG_STOP_CONTAINER and running:
+        nxt = after_rung + 1
+        if nxt == RUNG_UNBLOCK_STUCK and not diag.get("ct_stuck"):
+            nxt = RUNG_STOP_CONTAINER
+        return nxt, "rung %d did not clear it: escalate" % after_rung
+    if after_rung < RUNG_RESET_GPUS and (diag.get("gpu_excess_without_process") or diag.get("recovery_reset")
+                                         or not running) \
+            and not diag.get("ct_holders") and not diag.get("ct_stuck") and not diag.get("host_memory_only"):
+        return RUNG_RESET_GPUS, "GPU memory still held with no process: reset the GPUs"
+    return RUNG_REBOOT, "rung %d did not clear it and no lower rung applies: the node needs a reboot" % after_rung
