@@ -326,3 +326,17 @@ def test_xid_on_exit_is_logged_when_the_client_goes_away(gpu_fault_clear):
     t.gpu_used(GPU)  # the driver notices the exit on the next request
     lines, _ = kmsg_lines_after(seq)
     assert [ln for ln in lines if ln.startswith("NVRM: Xid (PCI:%s:%s): 45, pid=%d," % (bus[4:8], bus[9:14], h.pid))]
+
+
+def test_persistenced_started_again_from_its_command_line_is_the_same_daemon():
+    """What rung 5 does without systemd: SIGTERM, then the recorded /proc/PID/cmdline again."""
+    pid = t.persistenced_pid()
+    argv = [a for a in open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0") if a]
+    os.kill(pid, signal.SIGTERM)
+    assert t.wait_for(lambda: t.persistenced_pid() is None)
+    assert t.run([a.decode() for a in argv]).returncode == 0
+    new = t.persistenced_pid()
+    assert new is not None and new != pid
+    assert open("/proc/%d/comm" % new).read().strip() == "nvidia-persiste"
+    held = [os.readlink("/proc/%d/fd/%s" % (new, fd)) for fd in os.listdir("/proc/%d/fd" % new)]
+    assert sorted(h for h in held if h[11:].isdigit()) == ["/dev/nvidia%d" % i for i in range(8)]
