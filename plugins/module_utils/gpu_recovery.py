@@ -576,4 +576,3 @@ def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dic
                       memory_usage_bytes=num(_read(d + "/" + usage_file)), oom_kills=int(m.group(1)) if m else None)
         break
     return result
-

@@ -94,4 +94,3 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     if raw.get("report_path"):
         lines.append("Report: %s" % raw["report_path"])
     return {"report": report, "artifact": artifact, "summary_lines": lines}
-
