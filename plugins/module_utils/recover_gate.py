@@ -56,7 +56,6 @@ def recovery_action_class(value: Optional[str]) -> str:
     return "unknown"
 
 
-
 def default_available_tolerance(mem_total_bytes: Optional[int]) -> int:
     """max(2 % of MemTotal, 8 GiB) (GR §4.3, host clean)."""
     return max(int((mem_total_bytes or 0) * 0.02), 8 * GIB)

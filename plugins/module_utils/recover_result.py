@@ -80,7 +80,7 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
         "check_mode": bool(raw.get("check_mode")), "verdict": verdict, "cleared_by_rung": cleared,
         "reboot_needed": bool(raw.get("reboot_needed")), "rungs": rows,
         "before": {k: before.get(k) for k in ("verdict", "reasons", "recommended_rung", "rung_reason", "notes",
-                                             "evidence")},
+                                              "evidence")},
         "after": {"verdict": after.get("verdict") or "Not clean", "reasons": list(after.get("reasons") or []),
                   "notes": list(after.get("notes") or []), "evidence": after.get("evidence") or {}},
     }

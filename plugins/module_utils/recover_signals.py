@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_recovery import parse_stat
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import _join, _read
 
+
 def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Mapping[str, Any]], vmid: int,
                    init_pid: Optional[int]) -> dict[str, Any]:
     """Plan a scoped kill: for each target (a process of the container), its whole process group when every

@@ -581,7 +581,7 @@ def diagnose(module):
                             "gpu_excess_without_process": excess_no_proc, "container_status": container["status"]}
     if p["rung_started_at"] is not None:
         settled = gate.settled(rung, findings_for_settled, time.time() - p["rung_started_at"], p["after_rung"],
-                             p["stuck_grace"], p["release_grace"])
+                               p["stuck_grace"], p["release_grace"])
     else:
         settled = (rung == gate.RUNG_CLEAN, "the gate passes" if rung == gate.RUNG_CLEAN else "not clean")
     if unfixable:
