@@ -12,7 +12,7 @@ from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
 
-_STAGES = ("request", "node", "launch", "verify")
+_STAGES = ("request", "node", "launch", "verify", "calculate")
 
 
 class ActionModule(ActionBase):
@@ -25,12 +25,20 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         stage = args.pop("stage", None)
         result["changed"] = False
+        blank_note = ""
         try:
             if stage not in _STAGES:
                 raise sglang_deploy.DeployError("stage must be one of %s, got %r" % (", ".join(_STAGES), stage))
             # Extra vars (-e, AWX survey answers) outrank set_fact and register: refuse any that would shadow a
             # computed or private name, at every stage (a play may be entered with --start-at-task).
-            sglang_deploy.refuse_injected(list(load_extra_vars(self._loader)), "the extra variables (-e or survey answers)")
+            extra_vars = load_extra_vars(self._loader)
+            sglang_deploy.refuse_injected(list(extra_vars), "the extra variables (-e or survey answers)")
+            if stage in ("request", "calculate"):
+                # A blank role setting among the extra vars (an unanswered survey question) means the default, and it
+                # hides the inventory's value: said every time, never silent.
+                blank_note = sglang_deploy.blank_extra_vars_note(sglang_deploy.blank_extra_vars(extra_vars))
+                if blank_note and stage == "request":
+                    result["warnings"] = [blank_note]
             if stage == "request":
                 # The inventory cannot outrank set_fact, but a computed name set there is a misunderstanding worth
                 # stopping. (pve_gpu_container_spec is set just before, by the container_spec entry point.)
@@ -44,12 +52,16 @@ class ActionModule(ActionBase):
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch
                 result["launch_record"] = sglang_deploy.launch_record(launch, args["request"]["version"])
+            elif stage == "calculate":
+                result["calculation"] = sglang_deploy.calculate(args.get("plan_input"), args.get("requested_gb"),
+                                                                args.get("request"), args.get("container"),
+                                                                str(args.get("host") or ""))
             else:
                 result["verify"] = sglang_deploy.verify(args["launch"], args.get("running"), args["measure"],
                                                         int(args.get("node_rank", 0)), float(args.get("tolerance", 0.10)))
         except sglang_deploy.DeployError as exc:
             result["failed"] = True
-            result["msg"] = str(exc)
+            result["msg"] = str(exc) + ("\n" + blank_note if blank_note else "")
         except (KeyError, TypeError, ValueError) as exc:
             result["failed"] = True
             result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache
 
@@ -48,6 +48,8 @@ COMPUTED_NAMES = frozenset({
     "sglang_server_node_state",
     "pve_gpu_container_plan_requests",
 })
+# Prefixes of the roles' public settings (what an operator, the inventory or a survey sets).
+ROLE_PREFIXES = ("sglang_server_", "pve_gpu_container_")
 PRIVATE_PREFIXES = ("__sglang_server_", "__pve_gpu_container_", "_sglang_server_", "_pve_gpu_container_", "__deploy_")
 
 # Flags whose value the plan decides; extra args may not set them (nor any prefix of them: SGLang's
@@ -139,9 +141,9 @@ def refuse_injected(names: Sequence[str], where: str) -> None:
         )
 
 
-def _requested_gb(value: Any) -> Optional[int]:
-    """sglang_server_hicache_requested_gb: None/''/0 = let the plan choose; a whole number of decimal GB."""
-    name = "sglang_server_hicache_requested_gb"
+def _requested_gb(value: Any, name: str = "sglang_server_hicache_requested_gb") -> Optional[int]:
+    """A requested per-rank size as an operator or a survey gives it: None/''/0 = let the plan choose; a whole
+    number of decimal GB (also as a string, "4"); "300GB", "1.5" are refused with the reason."""
     if _blank(value):
         return None
     if isinstance(value, str):
@@ -159,6 +161,22 @@ def _requested_gb(value: Any) -> Optional[int]:
                               "round it down to %d" % (name, _clip(value), int(float(text))))
     size = _int(name, value, 0, 1_000_000, " (decimal GB per rank; 0 or blank lets the plan choose)")
     return size or None
+
+
+def blank_extra_vars(extra_vars: Mapping[str, Any]) -> List[str]:
+    """The role settings among the extra variables that are blank (None or ''), as AWX passes a survey question
+    left unanswered. Each one hides the value the inventory sets for the host."""
+    return sorted(k for k, v in extra_vars.items() if isinstance(k, str) and k.startswith(ROLE_PREFIXES) and _blank(v))
+
+
+def blank_extra_vars_note(names: Sequence[str]) -> str:
+    """What to tell the operator about blank role settings among the extra variables ('' when there are none)."""
+    if not names:
+        return ""
+    return ("%s %s blank in the extra variables (an AWX survey question left unanswered arrives as '' or null): blank "
+            "means the role's default here, and an extra variable hides any value the inventory sets for the host. "
+            "Answer the question, or leave it out of the launch, to keep the inventory's value."
+            % (", ".join(names), "is" if len(names) == 1 else "are"))
 
 
 def _owned_flag(arg: str) -> Optional[str]:
@@ -222,8 +240,11 @@ def _is_loopback(host: str) -> bool:
 # --- stage 1: the operator's settings -------------------------------------------------------------------
 
 def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
-    """Check and normalise the settings of one container. Raises DeployError."""
-    s = dict(settings)
+    """Check and normalise the settings of one container. Raises DeployError.
+
+    A blank setting (None or '': an AWX survey question left unanswered arrives as either) is not given: the
+    default applies, and a required one is reported as not set."""
+    s = {k: v for k, v in dict(settings).items() if not _blank(v)}
     version = _text("sglang_server_version", s.get("version"), blank_ok=False)
     try:
         hicache.parse_version(version)
@@ -359,9 +380,8 @@ def _refuse_plan(header: str, plan: Mapping[str, Any]) -> None:
 
 # --- stage 2: the node gate -------------------------------------------------------------------------------
 
-def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mapping[str, Any],
-              node_reserve_bytes: int) -> Dict[str, Any]:
-    """Check one container against the node's facts before anything changes; return the node's plan."""
+def _container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
+    """The declared container's VMID, memory limit (MiB) and GPU indexes, checked."""
     vmid = _int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), 100, 999_999_999)
     memory_mib = _int("pve_gpu_container_memory_mib", container.get("memory_mib"), 1, 1 << 40)
     wanted = container.get("gpus") or []
@@ -370,6 +390,23 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
     wanted = [_int("pve_gpu_container_gpus item", g, 0, 1023) for g in wanted]
     if len(set(wanted)) != len(wanted):
         raise DeployError("CT %d: pve_gpu_container_gpus lists a GPU twice: %s" % (vmid, wanted))
+    return vmid, memory_mib, wanted
+
+
+def _ranks_match_gpus(req: Mapping[str, Any], vmid: int, wanted: Sequence[int]) -> int:
+    ranks = ranks_on_this_node(req)
+    if ranks != len(wanted):
+        raise DeployError(
+            "CT %d: %s puts %d scheduler rank(s) on this node (one per GPU), but %d GPU(s) are passed through (%s). "
+            "Make pve_gpu_container_gpus match the layout, or change the layout." % (
+                vmid, _layout_text(req["layout"]), ranks, len(wanted), ",".join(map(str, wanted))))
+    return ranks
+
+
+def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mapping[str, Any],
+              node_reserve_bytes: int) -> Dict[str, Any]:
+    """Check one container against the node's facts before anything changes; return the node's plan."""
+    vmid, memory_mib, wanted = _container_spec(container)
     node_gpus = {int(g["index"]): g for g in node.get("gpus") or []}
     node_nodes = set(node.get("device_paths") or [])
     missing = [g for g in wanted if g not in node_gpus]
@@ -387,12 +424,7 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
             "CT %d: memory %d MiB (%s) + the node's own reserve %s exceeds the node's RAM %s: a container limit at or "
             "above host RAM protects nothing. Lower pve_gpu_container_memory_mib." % (
                 vmid, memory_mib, hicache.fmt_gib(limit), hicache.fmt_gib(node_reserve_bytes), hicache.fmt_gib(total)))
-    ranks = ranks_on_this_node(req)
-    if ranks != len(wanted):
-        raise DeployError(
-            "CT %d: %s puts %d scheduler rank(s) on this node (one per GPU), but %d GPU(s) are passed through (%s). "
-            "Make pve_gpu_container_gpus match the layout, or change the layout." % (
-                vmid, _layout_text(req["layout"]), ranks, len(wanted), ",".join(map(str, wanted))))
+    ranks = _ranks_match_gpus(req, vmid, wanted)
     data = dict(req["plan_base"])
     existing = int(container.get("existing_mem_bytes") or 0)
     data.update({
@@ -624,6 +656,85 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
         "unit_held_bytes": unit_held,
         "ceiling_bytes": ceiling,
     }
+
+
+# --- the calculator (playbooks/plan.yml) -------------------------------------------------------------------
+
+# The node's facts, which only a run on the node reads; the offline plan of an inventory host takes them from
+# plan_input when given.
+CALCULATOR_FACT_KEYS = ("mem_total_bytes", "mem_available_bytes", "gpu_memory_mib")
+# hicache.plan requires gpu_memory_mib but reads it only for releases that assert, at start-up, that the host pool
+# holds more tokens than the device pool (up to 0.5.14). For later releases a GPU memory that nobody gave is passed
+# as this placeholder (hicache's smallest accepted value); for those releases it is asked for instead.
+_GPU_MEMORY_NOT_READ_MIB = 1024
+
+
+def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[str, Any]] = None,
+              container: Optional[Mapping[str, Any]] = None, host: str = "") -> Dict[str, Any]:
+    """The calculator, touching no host. Without ``req``: the plan of the facts and layout in ``plan_input``.
+    With ``req`` (the request stage's result for an inventory host) and ``container`` (its declared container):
+    the plan deploy would make for that host, against its declared memory limit unless ``plan_input`` gives the
+    node's facts. ``requested_gb`` (plan_requested_gb) is a size as a survey gives it; blank = not given."""
+    if not _blank(plan_input) and not isinstance(plan_input, Mapping):
+        raise DeployError("plan_input must be a dict of hicache_plan keys (ansible-doc -t filter "
+                          "inferops.gpu_inference.hicache_plan), got %s" % _clip(plan_input))
+    given = {k: v for k, v in dict(plan_input or {}).items() if not _blank(v)}
+    own = given.pop("requested_gb", None)
+    override = _requested_gb(requested_gb, "plan_requested_gb")
+    notes: List[str] = []
+    if req is None:
+        if not given:
+            raise DeployError("Nothing to plan: pass a variable file with a plan_input dict (-e @inventories/examples/"
+                              "kimi-k2-incident.yml), or plan an inventory host: -i <inventory> -e plan_host=<container host>")
+        data = dict(given)
+        requested = override or _requested_gb(own, "plan_input.requested_gb")
+        if requested:
+            data["requested_gb"] = requested
+        return {"plan": _plan(data), "notes": notes}
+
+    if own is not None:
+        raise DeployError("with plan_host, ask for a size with -e plan_requested_gb=N (or the host's "
+                          "sglang_server_hicache_requested_gb), not plan_input.requested_gb")
+    other = sorted(str(k) for k in given if k not in CALCULATOR_FACT_KEYS)
+    if other:
+        raise DeployError("with plan_host, plan_input may give only the node's facts (%s); %s come from %s's variables "
+                          "(sglang_server_*, pve_gpu_container_*): set those with -e instead, e.g. -e sglang_server_tp_size=4"
+                          % (", ".join(CALCULATOR_FACT_KEYS), ", ".join(other), host or "the host"))
+    vmid, memory_mib, wanted = _container_spec(container or {})
+    ranks = _ranks_match_gpus(req, vmid, wanted)
+    limit = memory_mib * MIB_BYTES
+    data = dict(req["plan_base"])
+    if override:
+        data["requested_gb"] = override
+        notes.append("plan_requested_gb=%d overrides %s's sglang_server_hicache_requested_gb (%s)."
+                     % (override, host, req.get("requested_gb") or "none: the plan chooses"))
+    if "gpu_memory_mib" not in given:
+        releases = hicache.behaviour_releases(hicache.parse_version(req["version"]))[0]
+        asserts = [hicache.Rules(r) for r in releases if hicache.Rules(r).asserts_host_exceeds_device]
+        if asserts and "device_pool_tokens_per_rank" not in data:
+            raise DeployError(
+                "SGLang %s checks at start-up that the host pool holds more tokens than the device pool, which depends on "
+                "the GPUs' memory: give it, e.g. -e '{\"plan_input\": {\"gpu_memory_mib\": 97887}}' (nvidia-smi "
+                "--query-gpu=memory.total --format=csv,noheader,nounits on the node), or device_pool_tokens_per_rank in "
+                "sglang_server_plan_extra" % req["version"])
+    data.update({
+        "mem_total_bytes": given.get("mem_total_bytes", limit),
+        "mem_available_bytes": given.get("mem_available_bytes", given.get("mem_total_bytes", limit)),
+        "mem_limit_bytes": limit,
+        "gpu_count": len(wanted),
+        "gpu_memory_mib": given.get("gpu_memory_mib", _GPU_MEMORY_NOT_READ_MIB),
+    })
+    plan = _plan(data)
+    if int(plan["engine_ranks_per_host"]) != ranks:
+        raise DeployError("internal: the plan counts %s ranks, the launcher %d" % (plan["engine_ranks_per_host"], ranks))
+    if "mem_available_bytes" in given:
+        basis = "the node's facts given in plan_input and the container's declared memory limit %s" % hicache.fmt_gib(limit)
+    else:
+        basis = ("its declared memory limit %s (pve_gpu_container_memory_mib); deploy plans against the node's "
+                 "MemAvailable as read then, which can only lower the size" % hicache.fmt_gib(limit))
+    notes.insert(0, "Planned offline for %s (CT %d, %s, %d GPU(s): %s) from the inventory, against %s."
+                 % (host, vmid, _layout_text(req["layout"]), len(wanted), ",".join(map(str, wanted)), basis))
+    return {"plan": plan, "notes": notes, "vmid": vmid}
 
 
 def _num(value: Any) -> Optional[float]:

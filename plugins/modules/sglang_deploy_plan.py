@@ -20,21 +20,33 @@ description:
 options:
   stage:
     description: C(request) checks the operator's settings; C(node) is the gate on the PVE node; C(launch) plans the
-      value actually launched; C(verify) compares the running server with the launch.
+      value actually launched; C(verify) compares the running server with the launch; C(calculate) is the calculator of
+      C(playbooks/plan.yml) (a plan from O(plan_input), or the offline plan of an inventory host from its O(request) and
+      O(container)), which touches no host.
     type: str
     required: true
-    choices: [request, node, launch, verify]
+    choices: [request, node, launch, verify, calculate]
   settings:
     description: (request) The role's settings, see the role's argument specs.
     type: dict
   request:
-    description: (node, launch) The C(request) returned by the request stage.
+    description: (node, launch, calculate) The C(request) returned by the request stage.
     type: dict
+  plan_input:
+    description: (calculate) hicache_plan keys; with O(request), only the node's facts C(mem_total_bytes),
+      C(mem_available_bytes), C(gpu_memory_mib) (otherwise the container's declared memory limit is planned against).
+    type: dict
+  requested_gb:
+    description: (calculate) A per-rank size to ask for, as an operator or a survey gives it; blank or 0 lets the plan choose.
+    type: raw
+  host:
+    description: (calculate) The inventory name of the host planned with O(request), for the messages.
+    type: str
   node:
     description: (node) The node's facts from M(inferops.gpu_inference.gpu_host_facts) (memory, gpus, device paths).
     type: dict
   container:
-    description: (node) The container's declared spec; (launch) the container's own facts.
+    description: (node, calculate) The container's declared spec; (launch) the container's own facts.
     type: dict
   node_reserve_bytes:
     description: (node) RAM the node keeps for itself on top of the container limit.
@@ -99,4 +111,8 @@ verify:
   description: (verify) ok, mismatches and the figures compared.
   type: dict
   returned: stage is verify
+calculation:
+  description: (calculate) C(plan) (the hicache_plan result) and C(notes) (what the plan was made against).
+  type: dict
+  returned: stage is calculate
 """
