@@ -34,6 +34,37 @@ RUNG_NAMES: dict[int, str] = {
     RUNG_REBOOT: "reboot_report",
 }
 
+# The rungs whose action gpu_recover_action performs (its option action is the rung's name), and, per rung, the
+# role setting (gpu_recover_<name>, seconds) that bounds the verification's polling after it.
+ACTING_RUNGS: tuple[int, ...] = (RUNG_STOP_SERVICE, RUNG_KILL_HOLDERS, RUNG_UNBLOCK_STUCK, RUNG_STOP_CONTAINER,
+                                 RUNG_RESET_GPUS)
+POLL_BUDGET_SETTING: dict[int, str] = {
+    RUNG_STOP_SERVICE: "service_poll_timeout",
+    RUNG_KILL_HOLDERS: "kill_poll_timeout",
+    RUNG_UNBLOCK_STUCK: "stuck_timeout",
+    RUNG_STOP_CONTAINER: "container_poll_timeout",
+    RUNG_RESET_GPUS: "reset_poll_timeout",
+    RUNG_REBOOT: "container_poll_timeout",
+}
+
+
+def action_budget_s(rung: int, settings: Mapping[str, Any]) -> int:
+    """Seconds rung ``rung``'s action may take at most (every step's own limit, plus slack), from the role's settings
+    (service_stop_timeout, term_grace, kill_wait, stuck_timeout, container_shutdown_timeout, container_stop_timeout,
+    reset_timeout). gpu_recover_action bounds each step itself; this is the task's safety net."""
+    s = {k: int(v) for k, v in settings.items() if isinstance(v, (int, float, str)) and str(v).isdigit()}
+    disable = 35  # systemctl disable inside the container, 30 s + kill
+    budgets = {
+        RUNG_STOP_SERVICE: s.get("service_stop_timeout", 90) + 10,
+        RUNG_KILL_HOLDERS: disable + s.get("term_grace", 10) + s.get("kill_wait", 60) + 30,
+        RUNG_UNBLOCK_STUCK: s.get("stuck_timeout", 60) + s.get("kill_wait", 60) + 30,
+        RUNG_STOP_CONTAINER: disable + s.get("container_shutdown_timeout", 60) + 35 + s.get("container_stop_timeout", 90) + 40,
+        RUNG_RESET_GPUS: s.get("reset_timeout", 180) + 120,
+    }
+    if rung not in budgets:
+        raise ValueError("rung %r has no action (acting rungs: %s)" % (rung, list(ACTING_RUNGS)))
+    return budgets[rung] + 60
+
 
 # nvidia-smi --query-gpu=gpu_recovery_action (NVML nvmlDeviceGpuRecoveryAction_t): what the driver says must happen
 # before the GPU can be used again (NVIDIA, "Error Recovery and Response Flags", A100 GPU memory error management).

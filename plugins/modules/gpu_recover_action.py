@@ -15,15 +15,23 @@ author:
 description:
   - The acting rungs of the recovery ladder that need the node's view of processes (see C(docs/recover.md)).
     Runs on the Proxmox VE node as root; every target is re-discovered and re-checked at call time.
-  - O(action=kill_holders) (rung 2) sends SIGTERM, waits O(term_grace) seconds, then SIGKILL, to every process of the
+  - O(action) is the rung's name (C(recover_gate.RUNG_NAMES), defined once); the role passes the rung the
+    diagnosis asks for.
+  - O(action=stop_service) (rung 1) runs C(systemctl disable --now) on O(service) inside the container
+    (C(pct exec)), bounded by O(service_stop_timeout); systemd SIGTERMs, then SIGKILLs, the unit's cgroup.
+  - O(action=kill_holders) (rung 2) disables O(service) (so nothing respawns), then sends SIGTERM, waits O(term_grace) seconds, then SIGKILL, to every process of the
     container that holds C(/dev/nvidia*) or is listed by C(nvidia-smi) as a compute app, by process group when every
     member of the group is in the container, else by PID. A process is in the container when its
     C(/proc/PID/cgroup) names C(/lxc/<vmid>) (or C(lxc.payload.<vmid>)). The container's init is never signalled;
     C(fuser -k) is never used.
-  - O(action=abort_fuse) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection
+  - O(action=unblock_stuck) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection
     of the files it has open (C(/proc/PID/fdinfo) mount id -> C(/proc/PID/mountinfo) device C(0:N)), writes C(1) to
-    C(/sys/fs/fuse/connections/<N>/abort), then SIGKILLs those processes (scoped as above). A connection that is
-    also mounted in the host's mount namespace (lxcfs is one) is never aborted.
+    C(/sys/fs/fuse/connections/<N>/abort), then SIGKILLs those processes (scoped as above) and waits up to
+    O(stuck_timeout) seconds; a connection that is also mounted in the host's mount namespace (lxcfs is one) is never
+    aborted. Then it SIGKILLs the container's remaining GPU holders (they may have waited behind the stuck ones).
+  - O(action=stop_container) (rung 4), when the container runs, disables O(service) (so the container comes back
+    without it), runs C(pct shutdown --timeout O(container_shutdown_timeout) --forceStop 1), and C(pct stop)
+    (bounded by O(container_stop_timeout)) if it still runs.
   - O(action=reset_gpus) (rung 5) resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
     no process at all holds it (its NVLink peers from C(nvidia-smi topo -m) are added and must be free too);
     persistence mode is switched off first and restored afterwards. A GPU with a client is refused and reported.
@@ -41,13 +49,35 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [kill_holders, abort_fuse, reset_gpus]
+    choices: [stop_service, kill_holders, unblock_stuck, stop_container, reset_gpus]
+  service:
+    description:
+      - The inference server's systemd unit inside the container.
+      - Required for O(action=stop_service); with O(action=kill_holders) and O(action=stop_container) it is disabled
+        first, when given.
+    type: str
+  service_stop_timeout:
+    description: Seconds C(systemctl disable --now) may take (O(action=stop_service)).
+    type: int
+    default: 90
+  stuck_timeout:
+    description: Seconds to wait for the stuck processes to be gone after the abort (O(action=unblock_stuck)).
+    type: int
+    default: 60
+  container_shutdown_timeout:
+    description: C(pct shutdown --timeout) (O(action=stop_container)).
+    type: int
+    default: 60
+  container_stop_timeout:
+    description: Seconds C(pct stop) may take (O(action=stop_container)).
+    type: int
+    default: 90
   term_grace:
     description: Seconds between SIGTERM and SIGKILL (O(action=kill_holders)); V(0) sends only SIGKILL.
     type: int
     default: 10
   wait:
-    description: Seconds to wait, after the last signal, for the processes to be gone (they may stay in D state).
+    description: Seconds to wait, after the last SIGKILL to GPU holders, for them to be gone (they may stay in D state).
     type: int
     default: 30
   gpus:
@@ -83,6 +113,7 @@ EXAMPLES = r"""
   inferops.gpu_inference.gpu_recover_action:
     vmid: 129
     action: kill_holders
+    service: sglang.service
     term_grace: 10
     wait: 60
 
@@ -98,14 +129,31 @@ planned:
   description: What was (or, in check mode, would be) done.
   returned: always
   type: dict
+started_at:
+  description: The node's clock (seconds since the epoch) when the action started; the verification's graces count from it.
+  returned: always
+  type: float
+ended_at:
+  description: The node's clock when the action ended.
+  returned: always
+  type: float
+commands:
+  description: The C(pct) commands run (argv as text, rc, timed_out, the end of their output).
+  returned: always
+  type: list
+  elements: dict
+container_was_running:
+  description: Whether O(action=stop_container) found the container running (it was stopped by this action).
+  returned: when action is stop_container
+  type: bool
 signalled:
   description: Process groups and PIDs signalled, with the signals used.
-  returned: when action is kill_holders or abort_fuse
+  returned: when action is kill_holders or unblock_stuck
   type: list
   elements: dict
 aborted:
   description: FUSE connections aborted.
-  returned: when action is abort_fuse
+  returned: when action is unblock_stuck
   type: list
   elements: dict
 refused:
@@ -218,7 +266,7 @@ def replan(vmid, refs, init_pid):
     return rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
 
 
-def kill_holders(module, vmid, smi, result):
+def kill_holders(module, vmid, smi, result, term_grace, wait):
     p = module.params
     scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
     procs = scan["container"]
@@ -236,26 +284,26 @@ def kill_holders(module, vmid, smi, result):
     refs = members(plan, scan["all"])
     result["planned"] = {"action": "kill_holders", "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
                          "process_groups": plan["groups"], "pids": plan["pids"],
-                         "signals": (["SIGTERM", "SIGKILL"] if p["term_grace"] > 0 else ["SIGKILL"])}
+                         "signals": (["SIGTERM", "SIGKILL"] if term_grace > 0 else ["SIGKILL"])}
     if not refs:
         return
     if module.check_mode:
         result["changed"] = True
         return
     errors = []
-    if p["term_grace"] > 0:
+    if term_grace > 0:
         errors += rsig.send_signal(plan, signal.SIGTERM)
         result["signalled"].append({"signal": "SIGTERM", "groups": plan["groups"], "pids": plan["pids"]})
-        rsig.wait_until(lambda: not alive(refs), p["term_grace"])
+        rsig.wait_until(lambda: not alive(refs), term_grace)
     if alive(refs):
         plan = replan(vmid, refs, init_pid)
         errors += rsig.send_signal(plan, signal.SIGKILL)
         result["signalled"].append({"signal": "SIGKILL", "groups": plan["groups"], "pids": plan["pids"]})
     result["changed"] = True
-    rsig.wait_until(lambda: not alive(refs), p["wait"])
+    rsig.wait_until(lambda: not alive(refs), wait)
     result["remaining"] = alive(refs)
     if errors:
-        result["errors"] = errors
+        result.setdefault("errors", []).extend(errors)
 
 
 def abort_fuse(module, vmid, result):
@@ -294,10 +342,86 @@ def abort_fuse(module, vmid, result):
             result["refused"].append({"conn": conn, "why": "abort failed: %s" % exc})
     errors = rsig.send_signal(plan, signal.SIGKILL)
     result["signalled"].append({"signal": "SIGKILL", "groups": [], "pids": plan["pids"]})
-    rsig.wait_until(lambda: not alive(refs), p["wait"])
+    rsig.wait_until(lambda: not alive(refs), p["stuck_timeout"])
     result["remaining"] = alive(refs)
     if errors:
-        result["errors"] = errors
+        result.setdefault("errors", []).extend(errors)
+
+
+def unblock_stuck(module, vmid, smi, result):
+    """Rung 3: abort the FUSE connections the stuck processes wait on and SIGKILL them, then SIGKILL the
+    container's remaining GPU holders."""
+    abort_fuse(module, vmid, result)
+    planned, remaining = result["planned"], result["remaining"]
+    kill_holders(module, vmid, smi, result, 0, module.params["wait"])
+    result["planned"] = {"action": "unblock_stuck", "abort_fuse": planned, "kill_holders": result["planned"]}
+    result["remaining"] = remaining + [r for r in result["remaining"] if r not in remaining]
+
+
+# --------------------------------------------------------------------------- rungs run through pct
+
+def pct_command(module, args, timeout, result, changed=True):
+    """Run ``pct ARGS`` under timeout(1) (SIGKILL 5 s after ``timeout``); recorded in result["commands"]."""
+    pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
+    if not pct:
+        module.fail_json(msg="pct not found: gpu_recover_action runs on the Proxmox VE node", **result)
+    tbin = module.get_bin_path("timeout")
+    argv = ([tbin, "-k", "5", str(timeout)] if tbin else []) + [pct] + [str(a) for a in args]
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    entry = {"command": "pct " + " ".join(str(a) for a in args), "rc": rc, "timed_out": rc in (124, 137),
+             "output": ((out or "") + (err or ""))[-500:]}
+    result["commands"].append(entry)
+    if changed:
+        result["changed"] = True
+    return rc, out or "", err or ""
+
+
+def container_running(module, vmid, result):
+    rc, out, err = pct_command(module, ["status", vmid], 30, result, changed=False)
+    return rc == 0 and gr.parse_pct_status(out)["status"] == "running"
+
+
+def disable_service(module, vmid, result):
+    """systemctl disable inside the container, so nothing starts the server again (failures are recorded only)."""
+    service = module.params["service"]
+    if not service:
+        return
+    if module.check_mode:
+        return
+    rc, out, err = pct_command(module, ["exec", vmid, "--", "systemctl", "disable", service], 30, result, changed=False)
+    if "Removed" in err or "Removed" in out:
+        result["changed"] = True
+
+
+def stop_service(module, vmid, result):
+    p = module.params
+    if not p["service"]:
+        module.fail_json(msg="action=stop_service needs service (the systemd unit inside the container)", **result)
+    result["planned"] = {"action": "stop_service", "command": "pct exec %d -- systemctl disable --now %s" % (vmid, p["service"])}
+    if module.check_mode:
+        result["changed"] = True
+        return
+    pct_command(module, ["exec", vmid, "--", "systemctl", "disable", "--now", p["service"]], p["service_stop_timeout"], result)
+
+
+def stop_container(module, vmid, result):
+    p = module.params
+    running = container_running(module, vmid, result)
+    result["container_was_running"] = running
+    result["planned"] = {"action": "stop_container", "running": running,
+                         "commands": ["pct shutdown %d --timeout %d --forceStop 1" % (vmid, p["container_shutdown_timeout"]),
+                                      "pct stop %d (if it still runs)" % vmid] if running else [],
+                         "disable_service_first": p["service"] if running else None}
+    if not running:
+        return
+    disable_service(module, vmid, result)
+    if module.check_mode:
+        result["changed"] = True
+        return
+    pct_command(module, ["shutdown", vmid, "--timeout", p["container_shutdown_timeout"], "--forceStop", "1"],
+                p["container_shutdown_timeout"] + 30, result)
+    if container_running(module, vmid, result):
+        pct_command(module, ["stop", vmid], p["container_stop_timeout"], result)
 
 
 def reset_gpus(module, vmid, smi, result):
@@ -461,7 +585,13 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             vmid=dict(type="int", required=True),
-            action=dict(type="str", required=True, choices=["kill_holders", "abort_fuse", "reset_gpus"]),
+            action=dict(type="str", required=True,
+                        choices=["stop_service", "kill_holders", "unblock_stuck", "stop_container", "reset_gpus"]),
+            service=dict(type="str"),
+            service_stop_timeout=dict(type="int", default=90),
+            stuck_timeout=dict(type="int", default=60),
+            container_shutdown_timeout=dict(type="int", default=60),
+            container_stop_timeout=dict(type="int", default=90),
             term_grace=dict(type="int", default=10),
             wait=dict(type="int", default=30),
             gpus=dict(type="list", elements="int"),
@@ -477,13 +607,19 @@ def main():
         module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % vmid)
     smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     result = {"changed": False, "planned": {}, "signalled": [], "aborted": [], "refused": [], "remaining": [],
-              "reset": []}
+              "reset": [], "commands": [], "started_at": time.time()}
     start = time.monotonic()
     action = module.params["action"]
-    if action == "kill_holders":
-        kill_holders(module, vmid, smi, result)
-    elif action == "abort_fuse":
-        abort_fuse(module, vmid, result)
+    if action == "stop_service":
+        stop_service(module, vmid, result)
+    elif action == "kill_holders":
+        disable_service(module, vmid, result)
+        kill_holders(module, vmid, smi, result, module.params["term_grace"], module.params["wait"])
+        result["planned"]["disable_service_first"] = module.params["service"]
+    elif action == "unblock_stuck":
+        unblock_stuck(module, vmid, smi, result)
+    elif action == "stop_container":
+        stop_container(module, vmid, result)
     else:
         try:
             reset_gpus(module, vmid, smi, result)
@@ -494,6 +630,7 @@ def main():
             module.fail_json(msg="%s could not be started again after the reset: %s; start it by hand" % (
                 ", ".join(d["name"] for d in unstarted), "; ".join(d.get("error") or "" for d in unstarted)), **result)
     result["seconds"] = round(time.monotonic() - start, 2)
+    result["ended_at"] = time.time()
     if action == "reset_gpus" and any(not r.get("ok") for r in result["reset"]):
         module.fail_json(msg="GPU reset failed: %s" % "; ".join(r.get("out", "") for r in result["reset"] if not r.get("ok")),
                          **result)

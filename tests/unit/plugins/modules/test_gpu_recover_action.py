@@ -34,7 +34,7 @@ def kill_holders(monkeypatch, scans):
     states = iter([[{"pid": 1}], []])  # alive before the SIGKILL, gone after
     monkeypatch.setattr(action, "alive", lambda refs: next(states, []))
     result = {"refused": [], "signalled": [], "changed": False}
-    action.kill_holders(FakeModule(), VMID, "/usr/bin/nvidia-smi", result)
+    action.kill_holders(FakeModule(), VMID, "/usr/bin/nvidia-smi", result, 0, 0)
     return result, sent
 
 
@@ -176,3 +176,64 @@ def test_a_daemon_that_does_not_come_back_is_reported(monkeypatch):
     daemon = result["daemons"][0]
     assert daemon["stopped"] is True and daemon["restarted"] is False
     assert "no nvidia-persistenced holds GPUs" in daemon["error"]
+
+
+# Rungs 1 and 4 run pct on the node: what is run, in what order, and what is reported.
+class PctModule:
+    def __init__(self, replies, check_mode=False, service="sglang.service"):
+        self.params = {"service": service, "service_stop_timeout": 90, "container_shutdown_timeout": 60,
+                       "container_stop_timeout": 90, "term_grace": 0, "wait": 0, "command_timeout": 5}
+        self.check_mode = check_mode
+        self.replies = list(replies)
+        self.calls = []
+
+    def get_bin_path(self, name, opt_dirs=None):
+        return {"pct": "/usr/sbin/pct", "timeout": "/usr/bin/timeout"}.get(name)
+
+    def run_command(self, argv, environ_update=None):
+        self.calls.append(argv[argv.index("/usr/sbin/pct") + 1:])
+        return self.replies.pop(0) if self.replies else (0, "", "")
+
+    def fail_json(self, **kw):
+        raise AssertionError(kw["msg"])
+
+
+def new_result():
+    return {"changed": False, "planned": {}, "commands": [], "refused": [], "signalled": [], "remaining": []}
+
+
+def test_stop_service_disables_and_stops_the_unit_inside_the_container():
+    module, result = PctModule([(0, "", "Removed /etc/systemd/system/multi-user.target.wants/sglang.service.\n")]), new_result()
+    action.stop_service(module, VMID, result)
+    assert module.calls == [["exec", "129", "--", "systemctl", "disable", "--now", "sglang.service"]]
+    assert result["changed"] and result["commands"][0]["rc"] == 0 and not result["commands"][0]["timed_out"]
+
+
+def test_stop_service_that_times_out_is_reported_not_hidden():
+    module, result = PctModule([(124, "", "")]), new_result()
+    action.stop_service(module, VMID, result)
+    assert result["commands"][0]["timed_out"]
+
+
+def test_stop_container_shuts_down_then_stops_hard_when_it_still_runs():
+    running, stopped = (0, "status: running\n", ""), (0, "status: stopped\n", "")
+    module = PctModule([running, (0, "", "Removed x\n"), (255, "", "shutdown timed out"), running, (0, "", ""), stopped])
+    result = new_result()
+    action.stop_container(module, VMID, result)
+    assert module.calls == [["status", "129"], ["exec", "129", "--", "systemctl", "disable", "sglang.service"],
+                            ["shutdown", "129", "--timeout", "60", "--forceStop", "1"], ["status", "129"], ["stop", "129"]]
+    assert result["container_was_running"] and result["changed"]
+
+
+def test_stop_container_leaves_a_stopped_container_alone():
+    module, result = PctModule([(0, "status: stopped\n", "")]), new_result()
+    action.stop_container(module, VMID, result)
+    assert module.calls == [["status", "129"]]
+    assert result["container_was_running"] is False and not result["changed"]
+
+
+def test_stop_container_in_check_mode_only_reads():
+    module, result = PctModule([(0, "status: running\n", "")], check_mode=True), new_result()
+    action.stop_container(module, VMID, result)
+    assert module.calls == [["status", "129"]]
+    assert result["planned"]["running"] and result["planned"]["commands"][0].startswith("pct shutdown 129")

@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The gpu_recover role's one state: what comes next is decided here, from what happened."""
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.inferops.gpu_inference.plugins.filter.recover_report import recover_report
+from ansible_collections.inferops.gpu_inference.plugins.filter.recover_step import recover_step
+
+SETTINGS = {"service_stop_timeout": 90, "service_poll_timeout": 60, "term_grace": 10, "kill_wait": 60,
+            "kill_poll_timeout": 60, "stuck_timeout": 60, "container_shutdown_timeout": 60,
+            "container_stop_timeout": 90, "container_poll_timeout": 60, "reset_timeout": 180,
+            "reset_poll_timeout": 60, "diagnose_timeout": 60, "poll_sample_interval": 2,
+            "record_baseline": False, "start_container": True, "allow_reboot": False}
+
+
+def begin(running=True, **settings):
+    return recover_step({"vmid": "129", "node": "pve1", "started_at": "2026-12-02T06:00:00Z", "t_start": 100.0,
+                         "pct_status": "status: running\n" if running else "status: stopped\n",
+                         "settings": dict(SETTINGS, **settings)}, "start")
+
+
+def diag(clean, rung, node_time=1000.0, **findings):
+    return {"clean": clean, "verdict": "Clean" if clean else "Not clean", "recommended_rung": rung,
+            "rung_reason": "why %d" % rung, "reasons": [] if clean else ["r"], "summary": "s", "notes": [],
+            "node_time": node_time, "kernel_cursor": 5, "findings": findings,
+            "evidence": {"container": {"gpus": [0, 1]}}, "invocation": {"module_args": {}}, "changed": False}
+
+
+def test_the_state_says_which_rung_to_climb_and_its_budgets():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 2))
+    assert s["climb"] and s["next"] == 2 and s["rung_name"] == "kill_holders"
+    assert not s["record_baseline_now"] and not s["restore_container"] and not s["reboot_now"]
+    # kill: 35 s disable + 10 grace + 60 wait + 30, + 60 slack; polls of 2 samples 2 s apart (+1.5 s each)
+    assert s["budgets"]["2"] == {"action_timeout_s": 195, "poll_budget_s": 60, "poll_retries": 18, "poll_timeout_s": 64}
+    assert s["ladder_ahead"] == ["kill_holders", "unblock_stuck", "stop_container", "reset_gpus", "reboot_report"]
+    assert "invocation" not in s["before"]
+
+
+def test_a_climb_to_clean_after_a_container_stop_starts_it_again():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 4))
+    s = recover_step(s, "acted", result={"container_was_running": True, "started_at": 1001.5, "commands": []},
+                     t0=110.0, t1=125.0)
+    assert s["pending"]["node_t0"] == 1001.5 and s["pending"]["budget"]["poll_budget_s"] == 60
+    assert s["ct_stopped_by_us"]
+    s = recover_step(s, "verified", result=diag(True, 0, node_time=1030.0), t1=140.0)
+    assert s["clean"] and not s["climb"] and s["restore_container"] and s["last_rung"] == 4
+    assert s["verified_lines"][0] == "Clean after rung 4 (stop_container)"
+    s = recover_step(s, "step", name="start_container", result={"start": {"rc": 0}}, t0=141.0, t1=150.0)
+    assert s["pending"]["node_t0"] == 1030.0  # the last diagnosis's node clock
+    s = recover_step(s, "verified", result=diag(True, 0), t1=160.0)
+    rep = recover_report(dict(s, t_end=161.0, check_mode=False, report_path=None))["report"]
+    assert rep["verdict"] == "Clean" and rep["cleared_by_rung"] == 4
+    assert [(r["rung"], r["name"], r["seconds"], r["action_seconds"]) for r in rep["rungs"]] == [
+        (4, "stop_container", 30.0, 15.0), (4, "start_container", 19.0, 9.0)]
+
+
+def test_a_container_that_was_stopped_before_recovery_stays_stopped():
+    s = recover_step(begin(running=False), "diagnosed", result=diag(False, 4))
+    s = recover_step(s, "acted", result={"container_was_running": True}, t0=1, t1=2)
+    s = recover_step(s, "verified", result=diag(True, 0), t1=3)
+    assert s["clean"] and not s["restore_container"]
+
+
+def test_rungs_only_climb_and_a_verification_needs_a_rung():
+    s = recover_step(begin(), "diagnosed", result=diag(True, 0))
+    assert not s["climb"]
+    with pytest.raises(AnsibleFilterError, match="no rung to act on"):
+        recover_step(s, "acted", result={}, t0=1, t1=2)
+    with pytest.raises(AnsibleFilterError, match="no rung or step before it"):
+        recover_step(s, "verified", result=diag(True, 0), t1=2)
+
+
+def test_reboot_without_permission_is_recorded_as_reported_only():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 6))
+    assert s["reboot_now"] and not s["climb"]
+    s = recover_step(s, "reboot", t0=200.0, t1=200.0)
+    assert s["reboot_needed"] and not s["reboot_now"] and s["pending"] is None
+    assert s["rungs"] == [{"rung": 6, "name": None, "t0": 200.0, "t1": None, "t_end": 200.0,
+                           "action": {"reboot_allowed": False}, "poll": None}]
+
+
+def test_reboot_allowed_is_verified_from_when_the_node_is_back():
+    s = recover_step(begin(allow_reboot=True), "diagnosed", result=diag(False, 6))
+    s = recover_step(s, "reboot", t0=200.0, t1=500.0)
+    assert s["pending"]["node_t0"] == 500.0 and s["pending"]["rung"] == 6
+
+
+def test_the_baseline_is_recorded_once_when_it_is_all_that_is_missing():
+    s = begin(record_baseline=True)
+    assert s["ignore_baseline"]
+    s = recover_step(s, "diagnosed", result=diag(False, 0, baseline_missing=True))
+    assert s["record_baseline_now"] and not s["climb"]
+    s = recover_step(s, "step", name="record_baseline", result={"path": "/b"}, t0=1, t1=2)
+    assert not s["ignore_baseline"] and not s["record_baseline_now"]
+    s = recover_step(s, "verified", result=diag(False, 0, baseline_missing=True), t1=3)
+    assert not s["record_baseline_now"]  # never twice
+
+
+def test_a_daemon_left_down_by_the_reset_is_kept_until_the_report():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 5))
+    s = recover_step(s, "acted", result={"daemons": [{"name": "nvidia-persistenced", "stopped": True, "restarted": False}],
+                                         "failed": True, "msg": "could not be started"}, t0=1, t1=2)
+    assert s["daemons_down"] == ["nvidia-persistenced"]
+    assert s["pending"]["action"]["failed"] and s["pending"]["action"]["msg"] == "could not be started"
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"kill_wait": "soon"}, "gpu_recover_kill_wait must be a number of seconds"),
+    ({"term_grace": -1}, "gpu_recover_term_grace must be 0 or more"),
+    ({"allow_reboot": "maybe"}, "gpu_recover_allow_reboot must be true or false"),
+    ({"poll_sample_interval": 0}, "poll_sample_interval must be at least 1"),
+])
+def test_bad_settings_are_named(bad, match):
+    with pytest.raises(AnsibleFilterError, match=match):
+        begin(**bad)
+
+
+def test_an_unknown_event_is_refused():
+    with pytest.raises(AnsibleFilterError, match="unknown event"):
+        recover_step(begin(), "jump")
