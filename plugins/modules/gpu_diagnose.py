@@ -145,7 +145,7 @@ options:
   release_grace:
     description: Seconds GPU memory may stay held (with no process, holders, or the container down) after the rung started.
     type: float
-    default: 15
+    default: 60
   ignore_baseline:
     description:
       - Judge without the baseline on disk (even a stale one), as recover_record_baseline does before it records a
@@ -646,7 +646,7 @@ def main():
             ignore_baseline=dict(type="bool", default=False),
             rung_started_at=dict(type="float"),
             stuck_grace=dict(type="float", default=30),
-            release_grace=dict(type="float", default=15),
+            release_grace=dict(type="float", default=60),
         ),
         supports_check_mode=True,
     )

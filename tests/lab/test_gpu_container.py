@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -133,10 +134,10 @@ def test_fault_escaped_workers(ct, clean):
     assert t.wait_for(lambda: (t.gpu_used(G0), t.gpu_used(G1)) == base)
 
 
-def kill_worker_under_fault(ct, fault, mib):
+def kill_worker_under_fault(ct, fault, mib, *args):
     """A worker in the CT holds mib on G1; with the fault injected it is SIGKILLed; no process is left."""
     t.ct_worker(ct, G1, mib)
-    assert t.fault("inject", fault, "--vmid", ct).returncode == 0
+    assert t.fault("inject", fault, "--vmid", ct, *args).returncode == 0
     t.attach(ct, ["pkill", "-9", "-f", "lab-worker"])
     assert t.wait_for(lambda: not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)])
 
@@ -149,6 +150,18 @@ def test_fault_driver_held_until_ct_stopped(ct, clean):
     assert r.returncode == 0, r.stdout + r.stderr
     assert t.wait_for(lambda: t.gpu_used(G1) == base)
     t.ct_start(ct)
+
+
+def test_fault_slow_teardown_frees_the_memory_after_its_delay(ct, clean):
+    base = t.gpu_used(G1)
+    kill_worker_under_fault(ct, "slow-teardown", 1100, "--seconds", "6")
+    gone = time.time()
+    assert t.gpu_used(G1) == base + 1100  # no process listed, memory still used: it looks like a leak
+    assert not [a for a in t.compute_apps() if int(a[0]) in t.host_pids_in_ct(ct)]
+    assert t.wait_for(lambda: t.gpu_used(G1) == base, timeout=20)
+    assert time.time() - gone >= 4  # not before the teardown's time (less the time to see the worker gone)
+    r = t.run(["lxc-info", "-n", ct, "-s", "-H"])
+    assert r.stdout.strip() == "RUNNING"  # freed without stopping the container
 
 
 def reset_from_node(gpu):

@@ -11,6 +11,8 @@ is really gone (exited, zombie, PID reused) or has closed the node -- unless the
 is set for the caller's PID namespace, in which case the memory is retained by the "driver" until no
 process of that namespace is left (container stopped from the host) or the GPU is reset.  With the flag's
 "until": "reset" (fault "driver-leak") the retained memory outlives the namespace: only a GPU reset frees it.
+With "until": "seconds" (fault "slow-teardown") the driver's teardown of an exited client's memory takes that
+many seconds (gpu-recovery.md 1.2 g: it looks like a leak until it is done); a GPU reset also ends it.
 
 No polling thread: liveness is re-evaluated lazily on every request (the only way anyone can observe
 GPU memory is a request), so the daemon costs nothing while idle.
@@ -327,21 +329,30 @@ class Driver:
                 continue
             changed = True
             if str(a["pidns"]) in self.driver_held:
+                held = self.driver_held[str(a["pidns"])]
                 a["retained"] = True
                 a["retained_since"] = time.time()
-                a["retained_until"] = self.driver_held[str(a["pidns"])].get("until", "namespace")
+                a["retained_until"] = held.get("until", "namespace")
+                if a["retained_until"] == "seconds":
+                    a["retained_seconds"] = float(held.get("seconds", 0))
             else:
                 del self.allocs[h]
             xid = self.gpu_faults["xid_on_exit"].get(str(a["gpu"]))
             if xid is not None and (a["pid"], a["gpu"]) not in logged:
                 logged.add((a["pid"], a["gpu"]))
                 self.log_xid(a["gpu"], int(xid), a["pid"], "Channel teardown after the client exited")
-        retained_ns = {a["pidns"] for a in self.allocs.values() if a.get("retained")}
+        now = time.time()
+        for h, a in list(self.allocs.items()):
+            if a.get("retained_until") == "seconds" and now >= a["retained_since"] + a.get("retained_seconds", 0):
+                del self.allocs[h]  # the slow teardown is done
+                changed = True
+        retained_ns = {a["pidns"] for a in self.allocs.values()
+                       if a.get("retained") and a.get("retained_until") != "seconds"}
         for ns in retained_ns:
             if not pidns_populated(ns):
                 changed = True
                 for h, a in list(self.allocs.items()):
-                    if a.get("retained") and a["pidns"] == ns and a.get("retained_until", "namespace") != "reset":
+                    if a.get("retained") and a["pidns"] == ns and a.get("retained_until", "namespace") == "namespace":
                         del self.allocs[h]
         for ns in list(self.driver_held):
             if ns not in {str(x) for x in retained_ns} and not pidns_populated(int(ns)):
@@ -534,10 +545,15 @@ class Driver:
         if req.get("fault") != "driver_held":
             return {"ok": False, "error": "unknown fault"}
         until = req.get("until", "namespace")
-        if until not in ("namespace", "reset"):
-            return {"ok": False, "error": "until must be namespace or reset"}
-        self.driver_held[str(int(req["pidns"]))] = {"since": time.time(), "label": str(req.get("label", "")),
-                                                    "until": until}
+        if until not in ("namespace", "reset", "seconds"):
+            return {"ok": False, "error": "until must be namespace, reset or seconds"}
+        held = {"since": time.time(), "label": str(req.get("label", "")), "until": until}
+        if until == "seconds":
+            seconds = req.get("seconds")
+            if not isinstance(seconds, (int, float)) or seconds <= 0:
+                return {"ok": False, "error": "until seconds needs a positive number of seconds"}
+            held["seconds"] = float(seconds)
+        self.driver_held[str(int(req["pidns"]))] = held
         self.save()
         return {"ok": True}
 

@@ -5,6 +5,7 @@
     fault.py inject sigterm-ignored  --vmid 129
     fault.py inject escaped-workers  --vmid 129 [--gpus 0,1] [--mib 1024] [--names pt_main_thread,python3]
     fault.py inject driver-held      --vmid 129
+    fault.py inject slow-teardown    --vmid 129 [--seconds 30]
     fault.py inject stuck            --vmid 129 [--gpu 0] [--mib 4096]
     fault.py inject recovery-action  --vmid 129 [--gpu 0] [--action Reset]
     fault.py inject gpu-lost         --vmid 129 [--gpu 0]
@@ -43,6 +44,9 @@ FAULTS = {
     "driver-leak": "like driver-held, but the memory outlives the CT's processes and the CT itself: only a GPU "
                    "reset from the host frees it (NVIDIA: leftover memory with no process is a driver issue, "
                    "nvidia-docker#572; nvidia-smi -r clears state that would otherwise need a reboot)",
+    "slow-teardown": "the driver's teardown of the CT's exited clients takes --seconds (30): their GPU memory stays "
+                     "used, with no process listed, then is freed (gpu-recovery.md 1.2 g: a slow teardown looks like "
+                     "a leak; Slurm waits UnkillableStepTimeout, 60 s by default, for processes to go after SIGKILL)",
     "recovery-action": "the driver sets gpu_recovery_action of one of the CT's GPUs (default Reset), as after an "
                        "uncorrectable error; a GPU reset clears Reset and Drain and Reset (NVIDIA, Error Recovery and "
                        "Response Flags: terminate the GPU's processes, nvidia-smi -r, then it can be used again)",
@@ -253,7 +257,10 @@ def clear_processes(rec):
 
 def inject_driver_held(vmid, ipid, a, until="namespace"):
     ns = driverd.pidns_of(ipid)
-    driver({"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid, "until": until})
+    req = {"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid, "until": until}
+    if until == "seconds":
+        req["seconds"] = a.seconds
+    driver(req)
     return {"pidns": ns}
 
 
@@ -363,6 +370,7 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "escaped-workers": lambda v, r: clear_processes(r),
          "driver-held": clear_driver_held,
          "driver-leak": clear_driver_held,
+         "slow-teardown": clear_driver_held,
          "recovery-action": clear_recovery_action,
          "gpu-lost": clear_recovery_action,
          "memory-na": clear_recovery_action,
@@ -371,6 +379,7 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
           "driver-held": inject_driver_held, "stuck": inject_stuck, "recovery-action": inject_recovery_action,
           "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset"),
+          "slow-teardown": lambda v, i, a: inject_driver_held(v, i, a, until="seconds"),
           "gpu-lost": inject_gpu_fault("gpu_lost"), "memory-na": inject_gpu_fault("memory_na"),
           "xid-on-exit": inject_gpu_fault("xid_on_exit")}
 
@@ -446,6 +455,7 @@ def main(argv):
     pi.add_argument("--gpu", type=int, help="stuck, recovery-action, gpu-lost, memory-na, xid-on-exit: GPU index (default: the CT's first GPU)")
     pi.add_argument("--action", default="Reset", choices=driverd.RECOVERY_ACTIONS[1:],
                     help="recovery-action: the value the driver reports (Reset)")
+    pi.add_argument("--seconds", type=float, default=30.0, help="slow-teardown: how long the teardown takes (30)")
     pi.add_argument("--xid", type=int, default=45, help="xid-on-exit: the Xid the driver logs (45)")
     pi.add_argument("--mib", type=int, default=None, help="MiB per worker (1024; stuck: 4096)")
     pi.add_argument("--names", default="pt_main_thread,python3", help="escaped-workers: process names")
