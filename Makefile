@@ -17,6 +17,9 @@ export PYTHONDONTWRITEBYTECODE := 1
 LAB_VAULT_PASS := /var/lib/inferops-lab/vault-pass
 LAB_TARGETS    := lab-test molecule demo bench
 $(LAB_TARGETS): export ANSIBLE_VAULT_PASSWORD_FILE ?= $(LAB_VAULT_PASS)
+# The roles write their reports outside any checkout by default (~/.local/state/inferops/reports); the lab's runs
+# keep theirs in this checkout's reports/, where the tests, the benchmarks and `make demo` read them.
+$(LAB_TARGETS): export INFEROPS_REPORT_DIR ?= $(ROOT)/reports
 
 # ansible-core 2.21 needs Python >= 3.12: take the first interpreter that really runs.
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \

@@ -19,6 +19,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The runs below write their reports where this script reads them (the roles default to ~/.local/state).
+os.environ.setdefault("INFEROPS_REPORT_DIR", os.path.join(ROOT, "reports"))
 
 
 def run_deploy(inventory: str) -> tuple[float, dict]:

@@ -22,6 +22,8 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+# The runs below write their reports where this script reads them (the roles default to ~/.local/state).
+os.environ.setdefault("INFEROPS_REPORT_DIR", os.path.join(ROOT, "reports"))
 LABCTL = os.path.join(ROOT, "tests", "lab", "labctl")
 VMID = 129
 START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
