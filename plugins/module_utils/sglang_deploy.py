@@ -732,7 +732,8 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
     else:
         basis = ("its declared memory limit %s (pve_gpu_container_memory_mib); deploy plans against the node's "
                  "MemAvailable as read then, which can only lower the size" % hicache.fmt_gib(limit))
-    notes.insert(0, "Planned offline for %s (CT %d, %s, %d GPU(s): %s) from the inventory, against %s."
+    notes.insert(0, "Planned offline for %s (CT %d, %s, %d GPU(s): %s) from the inventory, against %s. The API key and "
+                 "the bind address are not checked here (deploy checks them)."
                  % (host, vmid, _layout_text(req["layout"]), len(wanted), ",".join(map(str, wanted)), basis))
     return {"plan": plan, "notes": notes, "vmid": vmid}
 
