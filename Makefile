@@ -103,6 +103,28 @@ controller-requirements: $(COLL_LINK)
 	"$(CTRL_VENV)/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt
 	"$(CTRL_VENV)/bin/python" tests/controller/check_requirements.py
 
+# The collection as users get it (tests/package/test_package.py): the built tarball's listing and MANIFEST.json,
+# galaxy-importer on it, ansible-builder introspect of the installed tarball and the build context of
+# execution-environment.yml (no image is built: no container engine here), and the oldest ansible-core that
+# meta/runtime.yml claims. Its tools have their own virtualenvs (tests/package/requirements*.txt). About a minute.
+PKG_VENV   := $(ROOT)/.build/package-venv
+PKG_OLDEST := $(ROOT)/.build/package-oldest
+.PHONY: package
+$(PKG_VENV)/.stamp: tests/package/requirements.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
+	rm -rf "$(PKG_VENV)" && "$(PYTHON)" -m venv "$(PKG_VENV)"
+	"$(PKG_VENV)/bin/pip" install --quiet --disable-pip-version-check -r tests/package/requirements.txt
+	touch "$@"
+
+$(PKG_OLDEST)/.stamp: tests/package/requirements-oldest.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
+	rm -rf "$(PKG_OLDEST)" && "$(PYTHON)" -m venv "$(PKG_OLDEST)"
+	"$(PKG_OLDEST)/bin/pip" install --quiet --disable-pip-version-check -r tests/package/requirements-oldest.txt
+	touch "$@"
+
+package: $(PKG_VENV)/.stamp $(PKG_OLDEST)/.stamp
+	PKG_OLDEST_BIN="$(PKG_OLDEST)/bin" "$(PKG_VENV)/bin/python" -m pytest -v -p no:cacheprovider tests/package
+
 plan: setup-core
 	"$(BIN)/ansible-playbook" playbooks/plan.yml $(if $(VARS),-e @$(VARS),)
 
@@ -129,7 +151,7 @@ demo: lab
 	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml
 	@echo; echo "Report: $(ROOT)/reports/ct129/deploy.txt (JSON beside it)"; echo; cat "$(ROOT)/reports/ct129/deploy.txt"
 
-test: unit pure lint sanity controller-requirements lab-test molecule
+test: unit pure lint sanity package controller-requirements lab-test molecule
 
 bench: lab
 	"$(BIN)/python" benchmarks/deploy_bench.py --fresh
