@@ -40,6 +40,9 @@ FAULTS = {
     "driver-leak": {"setup": START + " && %s fault inject driver-leak --vmid %d && pct exec %d -- sh -c "
                              "'systemctl disable -q sglang; systemctl kill -s KILL sglang; sleep 1; systemctl stop sglang'"
                              % (LABCTL, VMID, VMID)},
+    # The driver takes 30 s to free what SIGKILLed holders leave: rung 2's verification waits for it (release grace).
+    "slow-teardown": {"setup": "%s fault inject escaped-workers --vmid %d && %s fault inject slow-teardown --vmid %d "
+                               "--seconds 30" % (LABCTL, VMID, LABCTL, VMID)},
     # The driver asks for a GPU reset (gpu_recovery_action Reset) while the server runs: rungs 4 then 5.
     "recovery-action": {"setup": START + " && %s fault inject recovery-action --vmid %d --gpu 0" % (LABCTL, VMID)},
     # The incident replayed by hand (labctl incident): TP 8 x --hicache-size 2 in the 14 GiB container; the cgroup
