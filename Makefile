@@ -26,7 +26,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/
             "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
 .PHONY: help setup setup-core test check unit property pure lint sanity controller-requirements lab lab-down lab-test \
-        molecule demo plan bench clean device-check
+        molecule demo plan bench clean device-check awx-check
 
 help:
 	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
@@ -74,7 +74,13 @@ PURE_TESTS := tests/lab/test_sglang_units.py tests/lab/test_pve_units.py
 pure: setup
 	"$(BIN)/python" -m pytest -q -p no:cacheprovider $(PURE_TESTS)
 
-check: unit pure lint
+check: unit pure lint awx-check
+
+# AWX as code (awx/): surveys and credential types against AWX's rules and the roles' variables, apply.yml's
+# options, project sync of collections/requirements.yml, and plan.yml with survey answers as AWX passes them.
+# Offline; about half a minute.
+awx-check: setup
+	"$(BIN)/python" -m pytest -q -p no:cacheprovider tests/awx
 
 lint: setup
 	"$(BIN)/yamllint" -s .

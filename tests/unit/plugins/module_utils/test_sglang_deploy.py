@@ -335,3 +335,116 @@ def test_a_missing_model_is_refused():
     with pytest.raises(d.DeployError, match="no config.json on the controller"):
         launch_with(model_src="/srv/models/x", model_src_present=False)
     assert launch_with(model_present=False, model_src="/srv/models/x", model_src_present=True)["ranks"] == 8
+
+
+# --- survey answers as AWX passes them: blank (None or '') is not given -----------------------------------
+
+@pytest.mark.parametrize("blank", [None, "", "  "])
+def test_request_blank_settings_take_the_defaults(blank):
+    r = req(tp_size=8, pp_size=blank, dp_size=blank, enable_dp_attention=blank, port=blank, dist_init_port=blank,
+            kv_cache_dtype=blank, requested_gb=blank, host=blank, verify_memory_tolerance=blank, extra_args=blank)
+    assert (r["layout"]["pp_size"], r["layout"]["dp_size"], r["layout"]["enable_dp_attention"]) == (1, 1, False)
+    assert r["service"]["port"] == 30000 and r["service"]["dist_init_port"] == 50000
+    assert r["kv_cache_dtype"] == "auto" and r["requested_gb"] is None and r["verify_memory_tolerance"] == 0.10
+
+
+@pytest.mark.parametrize("blank", [None, ""])
+def test_request_blank_required_setting_says_it_is_not_set(blank):
+    with pytest.raises(d.DeployError, match="^sglang_server_version must be set$"):
+        req(version=blank)
+    with pytest.raises(d.DeployError, match="^sglang_server_model_path must be set$"):
+        req(model_path=blank)
+
+
+def test_request_integers_as_strings():
+    r = req(tp_size="8", requested_gb="44", port="30001", enable_dp_attention="false")
+    assert r["layout"]["tp_size"] == 8 and r["requested_gb"] == 44 and r["service"]["port"] == 30001
+
+
+def test_blank_extra_vars_are_named_with_what_they_hide():
+    names = d.blank_extra_vars({"sglang_server_version": None, "sglang_server_tp_size": "", "pve_gpu_container_gpus": " ",
+                                "sglang_server_port": 30000, "recover_node": "", "plan_requested_gb": None})
+    assert names == ["pve_gpu_container_gpus", "sglang_server_tp_size", "sglang_server_version"]
+    note = d.blank_extra_vars_note(["sglang_server_tp_size"])
+    assert note.startswith("sglang_server_tp_size is blank in the extra variables")
+    assert "hides any value the inventory sets" in note
+    assert d.blank_extra_vars_note([]) == ""
+
+
+# --- the calculator (playbooks/plan.yml) ------------------------------------------------------------------
+
+INCIDENT_INPUT = {"mem_total_bytes": 482110078976, "mem_available_bytes": 477815111680, "gpu_count": 8,
+                  "gpu_memory_mib": 97887, "sglang_version": "0.5.9", "tp_size": 8, "model_preset": "kimi-k2",
+                  "device_pool_tokens_per_rank": 116000}
+
+
+@pytest.mark.parametrize("blank", [None, "", 0, "0"])
+def test_calculate_blank_requested_size_lets_the_plan_choose(blank):
+    plan = d.calculate(INCIDENT_INPUT, blank)["plan"]
+    assert plan["fits"] and plan["per_rank_gb"] == 44
+
+
+def test_calculate_requested_size_forms():
+    assert d.calculate(INCIDENT_INPUT, "44")["plan"]["per_rank_gb"] == 44
+    assert d.calculate(dict(INCIDENT_INPUT, requested_gb=""), None)["plan"]["per_rank_gb"] == 44
+    assert d.calculate(dict(INCIDENT_INPUT, requested_gb=300), None)["plan"]["fits"] is False
+    with pytest.raises(d.DeployError, match=r"^plan_requested_gb='300GB': give a bare whole number"):
+        d.calculate(INCIDENT_INPUT, "300GB")
+    with pytest.raises(d.DeployError, match=r"round it down to 1"):
+        d.calculate(INCIDENT_INPUT, "1.5")
+
+
+def test_calculate_needs_something_to_plan():
+    for empty in (None, {}, ""):
+        with pytest.raises(d.DeployError, match="^Nothing to plan"):
+            d.calculate(empty)
+    with pytest.raises(d.DeployError, match="plan_input must be a dict"):
+        d.calculate("kimi")
+
+
+LAB_SPEC = {"vmid": 129, "memory_mib": 14336, "gpus": [0, 1]}
+
+
+def lab_request(**overrides):
+    s = dict(SETTINGS, version="0.5.21", tp_size=2,
+             policy={"rank_overhead_bytes": 268435456, "frontend_overhead_bytes": 536870912})
+    s.update(overrides)
+    return d.request(s)
+
+
+def test_calculate_inventory_host_against_its_declared_limit():
+    out = d.calculate({}, None, lab_request(), LAB_SPEC, "ct129")
+    assert out["plan"]["per_rank_gb"] == 1 and out["plan"]["fits"] and out["vmid"] == 129
+    assert out["notes"][0].startswith("Planned offline for ct129 (CT 129, tp 2 x pp 1 over 1 node(s), 2 GPU(s): 0,1)")
+    # The same plan as the node's gate on a node with more MemAvailable than the limit.
+    node = {"mem_total_bytes": 64 * GIB, "mem_available_bytes": 60 * GIB,
+            "gpus": [{"index": i, "memory_total_mib": 81559} for i in range(2)],
+            "device_paths": ["/dev/nvidia0", "/dev/nvidia1"]}
+    gate = d.node_gate(lab_request(), node, LAB_SPEC, 4 * GIB)
+    assert gate["per_rank_gb"] == out["plan"]["per_rank_gb"]
+
+
+def test_calculate_inventory_host_checks_like_the_gate():
+    with pytest.raises(d.DeployError, match=r"tp 4 x pp 1 over 1 node\(s\) puts 4 scheduler rank\(s\) .* but 2 GPU\(s\)"):
+        d.calculate({}, None, lab_request(tp_size=4), LAB_SPEC, "ct129")
+    with pytest.raises(d.DeployError, match="pve_gpu_container_memory_mib must be a whole number"):
+        d.calculate({}, None, lab_request(), dict(LAB_SPEC, memory_mib="14GiB"), "ct129")
+    with pytest.raises(d.DeployError, match=r"plan_input may give only the node's facts \(.*\); tp_size come from ct129's"):
+        d.calculate({"tp_size": 4}, None, lab_request(), LAB_SPEC, "ct129")
+    with pytest.raises(d.DeployError, match="ask for a size with -e plan_requested_gb"):
+        d.calculate({"requested_gb": 4}, None, lab_request(), LAB_SPEC, "ct129")
+
+
+def test_calculate_inventory_host_override_and_facts():
+    out = d.calculate({}, "2", lab_request(), LAB_SPEC, "ct129")
+    assert out["plan"]["fits"] is False
+    assert "plan_requested_gb=2 overrides ct129's sglang_server_hicache_requested_gb (none: the plan chooses)." in out["notes"]
+    low = d.calculate({"mem_total_bytes": 64 * GIB, "mem_available_bytes": 11 * GIB}, None, lab_request(), LAB_SPEC, "ct129")
+    assert low["plan"]["fits"] is False and "node's facts given in plan_input" in low["notes"][0]
+
+
+def test_calculate_old_release_needs_the_gpu_memory():
+    with pytest.raises(d.DeployError, match=r"SGLang 0\.5\.9 checks at start-up .*gpu_memory_mib"):
+        d.calculate({}, None, lab_request(version="0.5.9"), LAB_SPEC, "ct129")
+    out = d.calculate({"gpu_memory_mib": 81559}, None, lab_request(version="0.5.9"), LAB_SPEC, "ct129")
+    assert out["plan"]["sglang_version"] == "0.5.9"
