@@ -30,7 +30,7 @@ START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
 FAULTS = {
     "service-running": {"setup": START},
     "sigterm-ignored": {"setup": START + " && %s fault inject sigterm-ignored --vmid %d" % (LABCTL, VMID),
-                        "extra": ["-e", "gpu_recover_service_stop_timeout=10"]},
+                        "extra": ["-e", "gpu_recover_service_stop_timeout=10", "-e", "gpu_recover_release_grace=10"]},
     "escaped-workers": {"setup": "%s fault inject escaped-workers --vmid %d" % (LABCTL, VMID)},
     "stuck": {"setup": "%s fault inject stuck --vmid %d" % (LABCTL, VMID)},
     "driver-held": {"setup": START + " && %s fault inject driver-held --vmid %d && pct exec %d -- sh -c "
