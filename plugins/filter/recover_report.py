@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: recover_report
 short_description: The recover run's report, workflow artifact and summary from the role's raw records
-version_added: "0.2.0"
+version_added: "0.1.0"
 author: inferops contributors
 description:
   - Used by the P(inferops.gpu_inference.gpu_recover#role) role at the end of a run. The role keeps only what

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: recover_step
 short_description: The gpu_recover role's one state, stepped with what happened
-version_added: "0.2.0"
+version_added: "0.1.0"
 author: inferops contributors
 description:
   - Used by the P(inferops.gpu_inference.gpu_recover#role) role. The role keeps one dict; this filter makes it

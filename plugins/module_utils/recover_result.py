@@ -273,8 +273,8 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
         new["verified_lines"] = [
             "%s after %s" % (poll.get("verdict") or "Not clean", label),
             poll.get("summary") or poll.get("msg") or "",
-            "" if new["clean"] else "Next: rung %d (%s): %s" % (new["next"], gate.RUNG_NAMES.get(new["next"], "?"),
-                                                               poll.get("rung_reason") or "")]
+            "" if new["clean"] else "Next: rung %d (%s): %s" % (
+                new["next"], gate.RUNG_NAMES.get(new["next"], "?"), poll.get("rung_reason") or "")]
     else:
         raise ResultError("unknown event %r (diagnosed, acted, step, reboot, verified)" % (event,))
     return _derive(new)

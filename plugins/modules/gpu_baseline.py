@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_baseline
 short_description: Record one container's recovery baseline on the Proxmox VE node, at idle only
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - inferops team (@inferops)
 description:

@@ -19,9 +19,9 @@ description:
     diagnosis asks for.
   - O(action=stop_service) (rung 1) runs C(systemctl disable --now) on O(service) inside the container
     (C(pct exec)), bounded by O(service_stop_timeout); systemd SIGTERMs, then SIGKILLs, the unit's cgroup.
-  - O(action=kill_holders) (rung 2) disables O(service) (so nothing respawns), then sends SIGTERM, waits O(term_grace) seconds, then SIGKILL, to every process of the
-    container that holds C(/dev/nvidia*) or is listed by C(nvidia-smi) as a compute app, by process group when every
-    member of the group is in the container, else by PID. A process is in the container when its
+  - O(action=kill_holders) (rung 2) disables O(service) (so nothing respawns), then sends SIGTERM, waits O(term_grace)
+    seconds, then SIGKILL, to every process of the container that holds C(/dev/nvidia*) or is listed by
+    C(nvidia-smi) as a compute app, by process group when every member of the group is in the container, else by PID. A process is in the container when its
     C(/proc/PID/cgroup) names C(/lxc/<vmid>) (or C(lxc.payload.<vmid>)). The container's init is never signalled;
     C(fuser -k) is never used.
   - O(action=unblock_stuck) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection

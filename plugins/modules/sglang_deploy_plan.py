@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: sglang_deploy_plan
 short_description: The one deploy plan of an SGLang server (size, argv, start guard, verify bounds)
-version_added: "0.2.0"
+version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:

@@ -36,7 +36,7 @@ def recover(tmp_path, *args):
                INFEROPS_REPORT_DIR=str(tmp_path / "reports"))
     playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     r = subprocess.run([playbook, "-i", str(inv), os.path.join(ROOT, "playbooks", "recover.yml")] + list(args),
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     return r.returncode, " ".join((r.stdout + r.stderr).split())
 
 
