@@ -4,6 +4,7 @@ host: the example inventory's hosts do not resolve, so any connection would fail
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -114,3 +115,19 @@ def test_awx_style_run_through_ansible_runner():
     assert run.returncode == 0, out
     assert "!unsafe 'plan_host': !unsafe 'ct129'" in out
     assert '"hicache_plan": {"host": "ct129", "fits": true, "per_rank_gb": 1' in out
+
+
+def test_a_refused_plan_fails_the_awx_job_with_its_arithmetic(tmp_path):
+    """What AWX keeps of a refused plan job: status failed, the reason in the output, the plan in artifact_data."""
+    out_json = tmp_path / "job.json"
+    run = subprocess.run([sys.executable, "tests/awx/runner/awx_run.py", "--json-out", str(out_json),
+                          "--playbook", "playbooks/plan.yml", "--survey", "awx/surveys/plan.yml",
+                          "--inventory", "inventories/lab/hosts.yml", "--answer", "plan_host=ct129",
+                          "--answer", "plan_requested_gb=300"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    job = json.loads(out_json.read_text())
+    assert run.returncode != 0 and job["status"] == "failed", run.stdout[-3000:]
+    assert "2 ranks x 300.0 GB = 600.0 GB pinned" in job["stdout_tail"] and "DOES NOT FIT" in job["stdout_tail"]
+    assert "Largest safe value: --hicache-size 1" in job["stdout_tail"]
+    assert job["artifact_data"]["hicache_plan"]["fits"] is False
+    assert job["artifact_data"]["hicache_plan"]["max_per_rank_gb"] == 1

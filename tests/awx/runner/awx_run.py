@@ -4,7 +4,7 @@ laid out as AWX lays it out, with survey answers dumped into env/extravars as AW
 tagged !unsafe, awx/main/utils/safe_yaml.py), credentials injected as environment variables (env/envvars), and the
 collection installed from the project by collections/requirements.yml, as a project sync does.
 
-  tests/awx/runner/awx_run.py --playbook playbooks/plan.yml --survey awx/surveys/plan.yml \\
+  tests/awx/runner/awx_run.py [--json-out FILE] --playbook playbooks/plan.yml --survey awx/surveys/plan.yml \\
       --inventory inventories/lab/hosts.yml --answer plan_host=ct129 --answer plan_requested_gb=
 
 An answer NAME= is a blank answer (''), NAME=null a null one (AWX 24 sends null for an unanswered text question);
@@ -114,11 +114,15 @@ def main(argv=None):
     p.add_argument("--unanswered", action="append", default=[])
     p.add_argument("--check", action="store_true")
     p.add_argument("--keep")
+    p.add_argument("--json-out", help="write {status, rc, artifact_data, stdout_tail} there (what AWX keeps of the job)")
     args = p.parse_args(argv)
     import ansible_runner
 
     # ansible-runner runs ansible-playbook from PATH: the one beside this interpreter (the virtualenv's).
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    # An AWX job's environment has none of the lab's settings: the reports go where the roles put them under
+    # AWX (the job's artifact directory), not into INFEROPS_REPORT_DIR.
+    os.environ.pop("INFEROPS_REPORT_DIR", None)
 
     pdd = args.keep or tempfile.mkdtemp(prefix="awx-job-")
     try:
@@ -128,6 +132,12 @@ def main(argv=None):
                                inventory=os.path.join(pdd, "inventory", os.path.basename(args.inventory)), quiet=False)
         stats = [e["event_data"].get("artifact_data") for e in r.events if e.get("event") == "playbook_on_stats"]
         print("status: %s, rc: %s, artifacts (set_stats): %s" % (r.status, r.rc, json.dumps(stats[-1] if stats else {})))
+        if args.json_out:
+            with open(os.path.join(pdd, "artifacts", r.config.ident, "stdout"), encoding="utf-8", errors="replace") as f:
+                tail = f.read()[-6000:]
+            with open(args.json_out, "w", encoding="utf-8") as f:
+                json.dump({"status": r.status, "rc": r.rc, "artifact_data": stats[-1] if stats else {},
+                           "artifact_dir": r.config.artifact_dir, "stdout_tail": tail}, f, indent=2)
         del extra
         return r.rc
     finally:
