@@ -157,7 +157,7 @@ demo: lab
 	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml
 	@echo; echo "Report: $(ROOT)/reports/ct129/deploy.txt (JSON beside it)"; echo; cat "$(ROOT)/reports/ct129/deploy.txt"
 
-test: unit pure lint sanity package controller-requirements lab-test molecule
+test: unit pure lint awx-check sanity package controller-requirements lab-test molecule
 
 bench: lab
 	"$(BIN)/python" benchmarks/deploy_bench.py --fresh
