@@ -90,7 +90,7 @@ MEMINFO_COUNT_FIELDS: dict[str, str] = {
 # pages); no real machine has 4 EiB of memory.
 CGROUP_UNLIMITED_THRESHOLD_BYTES = 1 << 62
 
-# NVIDIA character-device majors (proxmox-lxc.md §1.3): /dev/nvidiaN is 195:N,
+# NVIDIA character-device majors (as listed in /proc/devices): /dev/nvidiaN is 195:N,
 # nvidiactl 195:255, nvidia-modeset 195:254; nvidia-uvm's major is dynamic.
 NVIDIA_MAJOR = 195
 

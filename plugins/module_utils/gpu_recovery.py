@@ -8,10 +8,10 @@ recover_gate, the actions that change the system in recover_signals, the kernel 
 No Ansible imports. Parsers take text; collectors take a ``root`` prefix (default ``/``) so
 the unit tests can lay out a fake ``/proc`` and ``/sys``. Nothing here changes the system.
 
-Sources for every rule are in docs/recover.md and /work/shared/reference/gpu-recovery.md
-(GR): host PIDs mapped to a container through /proc/PID/cgroup (GR §1.2 a/d, proxmox-lxc
-§2.1), D state on FUSE vs in the NVIDIA driver (GR §1.2 b, Rung 3), the clean gate (GR §4.3)
-and the ladder (GR §6).
+Sources for every rule are in docs/recover.md: host PIDs mapped to a container through /proc/PID/cgroup
+(the driver reports host PIDs, NVIDIA/nvidia-docker#1483; PVE's lxc/<vmid> cgroup layout, pve-container
+src/PVE/LXC.pm update_lxc_config), D state on FUSE vs in the NVIDIA driver (H Company, "VRAM Ghost Busting";
+NVIDIA/open-gpu-kernel-modules#456), the clean gate and the ladder.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _CT_CGROUP_RES = (
     re.compile(r"(?:^|/)lxc\.payload[./](\d+)(?:/|$)"),
 )
 
-# Kernel log lines worth keeping as evidence (GR Rung 0).
+# Kernel log lines worth keeping as evidence: Xids (NVIDIA's Xid catalogue), OOM kills, hung tasks.
 KERNEL_LOG_RE = re.compile(
     r"NVRM: Xid|Out of memory|oom-kill|oom_reaper|Memory cgroup out of memory|blocked for more than|"
     r"fallen off the bus|GPU has fallen|hung_task",
@@ -284,7 +284,7 @@ def parse_topo_nvlink(text: Optional[str]) -> dict[int, list[int]]:
 
 
 def nvlink_closure(gpus: Iterable[int], peers: Mapping[int, Sequence[int]]) -> list[int]:
-    """The GPUs plus every GPU reachable over NVLink from them (reset them together, GR §2.1)."""
+    """The GPUs plus every GPU reachable over NVLink from them (reset them together: nvidia-smi(1), --gpu-reset)."""
     todo = list(gpus)
     seen: set[int] = set()
     while todo:
@@ -325,7 +325,7 @@ def classify_stack(wchan: Optional[str], stack: Optional[str]) -> str:
 def classify_process(state: str, task_states: Sequence[str] = (), wchan: Optional[str] = None,
                      stack: Optional[str] = None) -> str:
     """One word for a process: ``running``, ``zombie``, ``zombie_with_threads`` (a defunct leader whose
-    other threads live: it can hold GPU memory, GR §1.2 c), ``stuck_fuse``, ``stuck_nfs``,
+    other threads live: it can hold GPU memory, apache/mxnet#4242), ``stuck_fuse``, ``stuck_nfs``,
     ``stuck_nvidia``, ``stuck_unknown`` (leader or any thread in D state)."""
     states = [state] + [s for s in task_states if s]
     if "D" in states:
@@ -386,7 +386,7 @@ def read_process(pid: int, root: str = "/", uvm_majors: Iterable[int] = (), deep
 
     GPU holding is judged from the fd table only (readlink first; only ``/dev/nvidia*`` targets are
     stat'ed, so a hung FUSE file is never touched). /proc/PID/maps is not read: reading it takes the
-    task's mmap lock, which a stuck task may hold (unconfirmed; GR §1.2 b says to expect hangs).
+    task's mmap lock, which a stuck task may hold (unconfirmed: a reader of a stuck task's state can hang too).
     """
     base = _join(root, "/proc/%d" % pid)
     st = parse_stat(_read(base + "/stat"))

@@ -8,8 +8,8 @@ host pins its own pool.  This module places the ranks on the hosts the way SGLan
 takes a memory budget from host facts and the container limit, and returns the largest per-rank
 size whose pools (the KV pool and, for DSA models, the indexer pool) fit on the most loaded host,
 or explains, with the arithmetic, why a requested size does not.  Every rule follows the SGLang
-release it applies to; the table of rules with the file each was read from is in docs/sizing.md,
-the facts in shared/reference/sglang-hicache.md.
+release it applies to; the table of rules with the file each was read from is in docs/sizing.md
+("Rules by release"), with the sgl-project/sglang issues and pull requests behind them.
 
 Every memory quantity carries its unit in its name: ``_bytes`` (integers), ``_gb`` (1e9 bytes),
 ``_gib`` (2**30 bytes), ``_mib`` (2**20 bytes).
@@ -51,7 +51,7 @@ DEFAULT_POLICY: Dict[str, Any] = {
     "os_reserve_min_bytes": SGLANG_RESERVE_BYTES,
     "os_reserve_fraction": 0.10,
     # RSS of one scheduler process (CUDA context, torch, NCCL) and of the front-end
-    # (HTTP server, tokenizer, detokenizer): 8 GiB each until measured (sglang-hicache.md section 4).
+    # (HTTP server, tokenizer, detokenizer): 8 GiB each until measured (no published figure; docs/sizing.md).
     "rank_overhead_bytes": 8 * GIB_BYTES,
     "frontend_overhead_bytes": 8 * GIB_BYTES,
     # Memory already promised to something else on this host (other engines' pools, ...).
@@ -572,7 +572,7 @@ def place_ranks(tp: int, pp: int, dp: int, dp_attention: bool, nnodes: int, rele
 
 
 def _kv_choices(data: Mapping[str, Any], tp: int, pp: int, dp: int, dp_attention: bool) -> Tuple[List[KvChoice], str, bool]:
-    """The KV geometry of a rank's stages (sglang-hicache.md sections 2.1 and 7)."""
+    """The KV geometry of a rank's stages (SGLang's get_size_per_token and get_pp_indices; docs/sizing.md)."""
     geometry: Dict[str, Any] = {}
     preset = data.get("model_preset")
     if preset is not None:
@@ -925,7 +925,7 @@ class RankPools:
 
 def stage_pools(size_gb: int, choice: KvChoice, page_size: int, rules: Rules) -> List[RankPools]:
     """The host pools of one rank of each stage of choice for --hicache-size size_gb
-    (sglang-hicache.md sections 1.2, 2.2, 2.5 and 2.7; docs/sizing.md)."""
+    (SGLang's HostKVCache token count, page alignment and allocators; docs/sizing.md, "Rules by release")."""
     if size_gb <= 0:
         return [RankPools(0, 0, 0, 0, 0, 0, 0) for _stage in choice.stages]
     size_bytes = size_gb * GB_BYTES

@@ -7,7 +7,8 @@ status and API error classification.
 
 No Ansible and no proxmoxer imports: plain, typed Python that the unit tests call directly.
 Memory options carry their unit in their name (``memory_mib``, ``swap_mib``); PVE's own
-``memory`` and ``swap`` keys are MiB (proxmox-lxc.md §1.6).
+``memory`` and ``swap`` keys are MiB (pct.conf(5): "Amount of RAM for the container in MB"; pve-container
+multiplies them by 1024 * 1024).
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def compare_option(key: str, current: Any, desired: Any) -> OptionComparison:
 
 
 # --------------------------------------------------------------------------------------------
-# devN GPU passthrough entries (proxmox-lxc.md §1.1)
+# devN GPU passthrough entries (pct.conf(5) dev[n]; pve-container 5.0.7, PVE 8.1)
 # --------------------------------------------------------------------------------------------
 
 MAX_DEVICES = 256

@@ -5,9 +5,9 @@
 
 No Ansible imports. deploy.yml records it (module gpu_baseline, on the node, right before SGLang starts) and
 recover.yml reads it (module gpu_diagnose) or records it again (``recover_record_baseline``). The clean gate
-compares against it (docs/recover.md, "Clean"), so it must hold the GPUs' idle figures, never leftovers:
-gpu-recovery.md §4.3 1 ("Record it once, at provisioning or after a known-good idle boot, with the CT running and
-SGLang stopped"). ``build`` therefore refuses when one of the container's GPUs is not idle.
+compares against it (docs/recover.md, "Clean"), so it must hold the GPUs' idle figures, never leftovers: it is
+recorded with the container running and SGLang stopped. ``build`` therefore refuses when one of the container's
+GPUs is not idle.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-# The idle figure a GPU may show with no process on it: GCM's gpu_mem_usage_threshold is 15 MiB
-# (gpu-recovery.md §4.3 2); SGLang PR #30110 cites ~4 MiB per idle H100.
+# The idle figure a GPU may show with no process on it: Meta GCM's gpu_mem_usage_threshold is 15 MiB
+# (facebookresearch/gcm, gcm/health_checks/checks/check_nvidia_smi.py); SGLang PR #30110 cites ~4 MiB per idle H100.
 IDLE_MAX_MIB = 16
 FORMAT = 1
 HOST_KEYS = ("mem_total_bytes", "mem_available_bytes", "shmem_bytes", "mlocked_bytes")

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The recovery ladder's decisions: the rungs (defined once), the Clean gate for one sample
 (``evaluate_sample``, ``judge_host_memory``), the rung to take (``choose_rung``, ``next_rung_after``) and when a
-verification may stop polling (``settled``). Sources: docs/recover.md, gpu-recovery.md §4.3 and §6.
+verification may stop polling (``settled``). Sources: docs/recover.md ("The ladder", "Clean").
 
 No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_gpu_recovery.py (with the parsers it judges).
 """
@@ -88,7 +88,7 @@ def recovery_action_class(value: Optional[str]) -> str:
 
 
 def default_available_tolerance(mem_total_bytes: Optional[int]) -> int:
-    """max(2 % of MemTotal, 8 GiB) (GR §4.3, host clean)."""
+    """max(2 % of MemTotal, 8 GiB) (docs/recover.md, "Clean")."""
     return max(int((mem_total_bytes or 0) * 0.02), 8 * GIB)
 
 
@@ -120,7 +120,7 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
             continue
         apps = row.get("apps", [])
         if row.get("memory_used_mib") is None:
-            # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (GR §4).
+            # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (docs/recover.md).
             reasons.append("GPU %d: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): "
                            "it cannot be judged clean" % idx)
             gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": None, "compute_apps": apps,
@@ -183,7 +183,7 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
 def judge_host_memory(now: Mapping[str, Any], base: Optional[Mapping[str, Any]],
                       tolerances: Mapping[str, Any], ct_usage_bytes: Optional[int] = None,
                       vmid: Optional[int] = None) -> dict[str, Any]:
-    """Host memory against the baseline (GR §4.3 host clean); without a baseline, against an absolute
+    """Host memory against the baseline (docs/recover.md, "Clean"); without a baseline, against an absolute
     floor of MemAvailable (tolerances["min_available_pct"] % of MemTotal), and say so.
 
     The node is shared: a shortfall counts against this container only when it can be its doing, i.e. its
@@ -294,7 +294,8 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     Stops when the gate passes (recommended rung 0: clean, or only the baseline is missing), on a reboot signal,
     when the driver asks for a GPU reset that no waiting brings (before rung 5), when processes are still stuck
     past ``stuck_grace_s``, or when, with none stuck, GPU memory is held with no process, holders remain or the
-    container is down past ``release_grace_s`` (slow teardown, gpu-recovery.md §1.2 g). ``elapsed_s`` counts from
+    container is down past ``release_grace_s`` (slow teardown: Lightning-AI/pytorch-lightning#15008; Slurm's
+    UnkillableStepTimeout, slurm.conf(5)). ``elapsed_s`` counts from
     the rung's start on the node's clock.
     """
     if recommended_rung == RUNG_CLEAN:

@@ -13,7 +13,7 @@ No Ansible imports. Every function decides from data it is given (the inventory'
   another container's, so recovery refuses and says how to re-record it. A failing ``pct config`` means the
   GPUs are unknown, and unknown is not clean: refused as well.
 - A GPU reset (rung 5) never includes a GPU that another running container has as ``devN``; an NVLink group
-  that would pull one in is refused whole (proxmox-lxc §3: the reset acts on the whole NVLink/NVSwitch group).
+  that would pull one in is refused whole (nvidia-smi(1), --gpu-reset: NVLink peers are reset together).
 """
 
 from __future__ import annotations
