@@ -53,7 +53,8 @@ FAULTS = {
     "memory-na": {"setup": "pct exec %d -- systemctl disable -q --now sglang.service; %s fault inject memory-na --vmid %d "
                            "--gpu 0" % (VMID, LABCTL, VMID), "expect": "Not clean"},
     "gpu-lost": {"setup": "%s fault inject gpu-lost --vmid %d --gpu 1" % (LABCTL, VMID), "expect": "Not clean"},
-    "xid-on-exit": {"setup": START + " && %s fault inject xid-on-exit --vmid %d --gpu 0 --xid 13" % (LABCTL, VMID),
+    "xid-on-exit": {"setup": "%s fault inject escaped-workers --vmid %d && %s fault inject xid-on-exit --vmid %d --gpu 0 "
+                             "--xid 13" % (LABCTL, VMID, LABCTL, VMID),
                     "expect": "Not clean"},
     "oom": {"setup": "%s incident --vmid %d --tp 8 --hicache-size 2 --version 0.5.9 >/dev/null && "
                      "for i in $(seq 90); do [ -z \"$(for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); "
