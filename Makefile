@@ -159,9 +159,17 @@ demo: lab
 
 test: unit pure lint awx-check sanity package controller-requirements lab-test molecule
 
-bench: lab
-	"$(BIN)/python" benchmarks/deploy_bench.py --fresh
+# Benchmarks, not tests: deploy (full and no-change re-run), sizing (five rules launched in a lab container),
+# recover (every lab fault); tables on stdout, JSON and the picture in reports/.
+$(BIN)/.stamp-bench: requirements-bench.txt | $(BIN)/.stamp
+	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch "$@"
+
+bench: lab $(BIN)/.stamp-bench
+	"$(BIN)/python" benchmarks/deploy_bench.py
+	"$(BIN)/python" benchmarks/sizing_bench.py
 	"$(BIN)/python" benchmarks/recover_bench.py
+	"$(BIN)/python" benchmarks/plot.py
 
 clean:
 	rm -rf .build .collections tests/output
