@@ -89,6 +89,8 @@ lint: setup
 
 # ansible-test needs the collection at .../ansible_collections/NS/NAME: copy what the collection ships
 # (and its unit tests) there and run the sanity tests in ansible-test's own pinned virtualenvs.
+# The collection's one dependency is copied beside it, where ansible-test's import test looks
+# (plugins/connection/pct_remote.py extends community.proxmox's connection): the copy the `ansible` package carries.
 SANITY_PATHS := galaxy.yml meta plugins roles playbooks changelogs README.md tests/unit
 sanity: setup
 	pipver=$$(grep -oP "pip='\\K[0-9.]+" "$(VENV)"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -n1)
@@ -96,6 +98,8 @@ sanity: setup
 	rm -rf "$(BUILD_DIR)" && mkdir -p "$(BUILD_DIR)"
 	git ls-files -co --exclude-standard -z -- $(SANITY_PATHS) | xargs -0 -r cp --parents -P -t "$(BUILD_DIR)/"
 	printf 'tests/output/\n' > "$(BUILD_DIR)/.gitignore"
+	rm -rf "$(ROOT)/.build/ansible_collections/community" && mkdir -p "$(ROOT)/.build/ansible_collections/community"
+	cp -r "$(VENV)"/lib/python3*/site-packages/ansible_collections/community/proxmox "$(ROOT)/.build/ansible_collections/community/"
 	cd "$(BUILD_DIR)" && git init -q . && git add -A >/dev/null && \
 	  "$(BIN)/ansible-test" sanity --venv --requirements --python 3.12 --color no
 
