@@ -430,6 +430,32 @@ def explain_plan(c: dict, res: dict, plan: dict) -> str | None:
                hicache.fmt_gb(plan["overhead_bytes"]), ranks + 1, hicache.fmt_gb(res["baseline_used_bytes"])))
 
 
+def best_whole_gb_bytes(r: dict) -> int | None:
+    """What the best whole-GB --hicache-size can pin within the usable budget, for this configuration's ranks
+    (--hicache-size is an int of GB: no rule can do better than this step allows)."""
+    ranks = r["plan_ranks"]
+    usable = r["usable_budget_bytes"]
+    best = 0
+    for h in range(1, 1000):
+        per_rank = hicache.pow2_ceil(h * 10 ** 9) if vt(r["config"]["version"]) <= (0, 5, 4) else h * 10 ** 9
+        if per_rank * ranks > usable:
+            break
+        best = per_rank * ranks
+    return best or None
+
+
+def with_derived(results: list) -> list:
+    """Each started row's share of the best whole-GB size (best_whole_gb_bytes)."""
+    for r in results:
+        if "rows" not in r:
+            continue
+        r["best_whole_gb_pinned_bytes"] = best = best_whole_gb_bytes(r)
+        for row in r["rows"].values():
+            if row.get("pinned_bytes_median") is not None and best:
+                row["share_of_best_whole_gb"] = round(row["pinned_bytes_median"] / best, 3)
+    return results
+
+
 def summarize(results: list) -> dict:
     out = {}
     for rule in RULES:
@@ -439,6 +465,7 @@ def summarize(results: list) -> dict:
         started = [r for r in rows if r.get("outcome") == "started"]
         shares = [r["share_of_safe"] for r in started]
         ushares = [r["share_of_usable"] for r in started if r.get("share_of_usable") is not None]
+        bshares = [r["share_of_best_whole_gb"] for r in started if r.get("share_of_best_whole_gb") is not None]
         exact = [r["rows"][rule]["share_of_usable"] for r in results if "rows" in r and vt(r["config"]["version"]) >= (0, 5, 5)
                  and r["rows"][rule].get("outcome") == "started" and r["rows"][rule].get("share_of_usable") is not None]
         # A configuration that does not start, or is OOM-killed, gives its operator no cache at all: 0 in the means.
@@ -449,7 +476,9 @@ def summarize(results: list) -> dict:
                      "mean_share_of_usable_started": round(statistics.mean(ushares), 3) if ushares else None,
                      "min_share_of_usable_started": min(ushares) if ushares else None,
                      "mean_share_of_usable_all": round(statistics.mean(x or 0.0 for x in all_u), 3) if all_u else None,
-                     "mean_share_of_usable_exact_pin_releases": round(statistics.mean(exact), 3) if exact else None}
+                     "mean_share_of_usable_exact_pin_releases": round(statistics.mean(exact), 3) if exact else None,
+                     "mean_share_of_best_whole_gb_started": round(statistics.mean(bshares), 3) if bshares else None,
+                     "min_share_of_best_whole_gb_started": min(bshares) if bshares else None}
     return out
 
 
@@ -457,55 +486,84 @@ def gb(x):
     return "-" if x is None else "%.2f" % (x / 1e9)
 
 
+def pct(x):
+    return "-" if x is None else "%d%%" % round(100 * x)
+
+
+HEADER = "%-27s %4s %6s %6s  %-10s %4s %-19s %7s %5s %5s %6s %7s" % (
+    "configuration", "GiB", "safe", "usable", "rule", "GB", "outcome", "pinned", "safe", "usbl", "bestGB", "tokens")
+
+
+def print_config(r: dict) -> None:
+    c = r["config"]
+    if "error" in r:
+        print("%-27s ERROR %s" % (c["name"], r["error"]))
+        return
+    for rule in RULES:
+        row = r["rows"][rule]
+        print("%-27s %4d %6s %6s  %-10s %4s %-19s %7s %5s %5s %6s %7s" % (
+            c["name"], c["mem_gib"], gb(r["safe_budget_bytes"]), gb(r["usable_budget_bytes"]), rule,
+            row["size_gb"] if row["size_gb"] not in (None, "default") else ("dflt" if row["size_gb"] else "-"),
+            row["outcome"][:19], gb(row.get("pinned_bytes_median")), pct(row.get("share_of_safe")),
+            pct(row.get("share_of_usable")), pct(row.get("share_of_best_whole_gb")), row.get("host_tokens_per_rank") or "-"))
+    if r["plan_explained"]:
+        print("%-27s   plan below 80%% of usable: %s" % ("", r["plan_explained"]))
+    sys.stdout.flush()
+
+
+def print_summary(summary: dict) -> None:
+    print("\nsafe = container limit - memory measured without the pools; usable = safe - SGLang's own 10 GiB reserve;"
+          "\nbestGB = share of the most a whole-GB --hicache-size can pin within usable. A refused or OOM-killed"
+          "\nconfiguration gives no cache: it counts 0 in 'all'.")
+    for rule, s in summary.items():
+        print("  %-10s %2d configs: %2d started, %2d OOM-killed, %2d refused; of usable: mean %s started, %s all, min %s; "
+              "exact-pin releases %s; of the best whole GB: mean %s, min %s; of safe: mean %s" % (
+                  rule, s["configs"], s["started"], s["oom_killed"], s["refused"], pct(s["mean_share_of_usable_started"]),
+                  pct(s["mean_share_of_usable_all"]), pct(s["min_share_of_usable_started"]),
+                  pct(s["mean_share_of_usable_exact_pin_releases"]), pct(s["mean_share_of_best_whole_gb_started"]),
+                  pct(s["min_share_of_best_whole_gb_started"]), pct(s["mean_share_of_safe_started"])))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="launches per (configuration, size); median and spread")
     ap.add_argument("--load-seconds", type=float, default=2.0)
     ap.add_argument("--only", default="", help="comma-separated configuration names")
+    ap.add_argument("--from-json", metavar="PATH", help="print the tables and summary of an earlier run, launch nothing")
     args = ap.parse_args()
-    grid = [c for c in GRID if not args.only or c["name"] in args.only.split(",")]
-    t0 = time.monotonic()
-    original = setup(sorted({c["version"] for c in grid}, key=vt))
-    results = []
-    try:
-        print("%-28s %5s %6s %6s  %-10s %4s %-20s %8s %6s %6s %8s" % (
-            "configuration", "GiB", "safe", "usable", "rule", "GB", "outcome", "pinned", "safe%", "use%", "tokens"))
-        for c in grid:
-            r = one_config(c, args.repeat, args.load_seconds)
-            results.append(r)
-            if "error" in r:
-                print("%-28s ERROR %s" % (c["name"], r["error"]))
-                continue
-            for rule in RULES:
-                row = r["rows"][rule]
-                print("%-28s %5d %6s %6s  %-10s %4s %-20s %8s %6s %6s %8s" % (
-                    c["name"], c["mem_gib"], gb(r["safe_budget_bytes"]), gb(r["usable_budget_bytes"]), rule,
-                    row["size_gb"] if row["size_gb"] not in (None, "default") else ("dflt" if row["size_gb"] else "-"),
-                    row["outcome"][:20], gb(row.get("pinned_bytes_median")),
-                    "-" if row.get("share_of_safe") is None else "%d%%" % round(100 * row["share_of_safe"]),
-                    "-" if row.get("share_of_usable") is None else "%d%%" % round(100 * row["share_of_usable"]),
-                    row.get("host_tokens_per_rank") or "-"))
-            if r["plan_explained"]:
-                print("%-28s   plan below 80%% of usable: %s" % ("", r["plan_explained"]))
-            sys.stdout.flush()
-    finally:
-        restore(original)
-    summary = summarize(results)
-    print("\nsummary (share of the usable budget: container limit - memory measured without the pools - SGLang's 10 GiB;"
-          " a refused or OOM-killed configuration counts 0 in 'all'):")
-    for rule, s in summary.items():
-        print("  %-10s %2d configs: %2d started, %2d OOM-killed, %2d refused; share of usable mean %s (started) / %s (all), "
-              "min %s; exact-pin releases mean %s; share of safe mean %s" % (
-                  rule, s["configs"], s["started"], s["oom_killed"], s["refused"],
-                  s["mean_share_of_usable_started"], s["mean_share_of_usable_all"], s["min_share_of_usable_started"],
-                  s["mean_share_of_usable_exact_pin_releases"], s["mean_share_of_safe_started"]))
-    os.makedirs(os.path.join(ROOT, "reports"), exist_ok=True)
-    doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": os.uname().nodename,
-           "repeat": args.repeat, "seconds": round(time.monotonic() - t0, 1), "summary": summary, "results": results}
-    with open(os.path.join(ROOT, "reports", "bench-sizing.json"), "w", encoding="utf-8") as f:
+    out_path = os.path.join(ROOT, "reports", "bench-sizing.json")
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["results"] = with_derived(doc["results"])
+        doc["summary"] = summarize(doc["results"])
+        print(HEADER)
+        for r in doc["results"]:
+            print_config(r)
+        print_summary(doc["summary"])
+    else:
+        grid = [c for c in GRID if not args.only or c["name"] in args.only.split(",")]
+        t0 = time.monotonic()
+        original = setup(sorted({c["version"] for c in grid}, key=vt))
+        results = []
+        try:
+            print(HEADER)
+            for c in grid:
+                results.append(with_derived([one_config(c, args.repeat, args.load_seconds)])[0])
+                print_config(results[-1])
+        finally:
+            restore(original)
+        summary = summarize(results)
+        print_summary(summary)
+        doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "machine": "%s, %d CPUs, %.0f GiB" % (os.uname().nodename, os.cpu_count() or 0,
+                                                   os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB),
+               "repeat": args.repeat, "seconds": round(time.monotonic() - t0, 1), "summary": summary, "results": results}
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-    print("wrote reports/bench-sizing.json (%.0f s)" % doc["seconds"])
+    print("wrote reports/bench-sizing.json%s" % (" (%.0f s)" % doc["seconds"] if not args.from_json else ""))
     return 0
 
 
