@@ -368,6 +368,12 @@ def one_config(c: dict, repeat: int, load_seconds: float) -> dict:
     }
     rows = {}
     cache = {}
+
+    def launches(gb):
+        if gb not in cache:
+            cache[gb] = [run_launch(c, None if gb == "default" else gb, True, load_seconds) for _ in range(repeat)]
+        return cache[gb]
+
     for rule in RULES:
         size = sizes[rule]
         row = {"rule": rule, "size_gb": size}
@@ -375,18 +381,12 @@ def one_config(c: dict, repeat: int, load_seconds: float) -> dict:
             row.update(outcome="refused by the plan" if rule == "plan" else "nothing to launch", runs=[])
             rows[rule] = row
             continue
-        key = size
-        if key not in cache:
-            arg = None if size == "default" else size
-            runs = [run_launch(c, arg, True, load_seconds) for _ in range(repeat)]
-            # sglang-max: step down while the release's check refuses (the check reads memory after the
-            # front-end and the ranks' processes started, a little less than the idle reading above)
-            while rule == "sglang-max" and isinstance(size, int) and size > 1 and runs[0]["outcome"] == "refused":
-                size -= 1
-                row["size_gb"] = size
-                runs = [run_launch(c, size, True, load_seconds) for _ in range(repeat)]
-            cache[key] = (size, runs)
-        size, runs = cache[key]
+        runs = launches(size)
+        # sglang-max: step down while the release's check refuses (it reads memory after the front-end and the
+        # ranks' processes started, and up to 0.5.18 after the peers that were faster pinned theirs)
+        while rule == "sglang-max" and isinstance(size, int) and size > 1 and runs[0]["outcome"] == "refused":
+            size -= 1
+            runs = launches(size)
         row["size_gb"] = size
         outcomes = sorted({r["outcome"] for r in runs})
         row["outcome"] = "/".join(outcomes)
