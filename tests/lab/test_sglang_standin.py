@@ -63,6 +63,11 @@ def run(wheels, driver, model, tmp_path):
     yield _run
     for s in servers:
         s.kill()
+    # The driver frees a killed process's GPU memory once the process is gone (the fake driver's reaper): the next
+    # test starts on free GPUs, not on what a dying rank of this one still holds.
+    deadline = time.time() + 30
+    while driver.allocs() and time.time() < deadline:
+        time.sleep(0.2)
 
 
 def host_tokens(h_gb, bpt, version, page=1):
@@ -348,6 +353,12 @@ def test_rank_failure_kills_the_server(run, driver):
         out = s.output()
         assert "CUDA out of memory" in out and "Scheduler hit an exception" in out
         assert harness.wait_gone([p for p, _ in s.tree()])
+        # The server has exited, but its rank on GPU 0 may still be dying with its allocations (the driver frees a
+        # dead process's memory, as the fake driver's reaper does): the next test needs GPU 0 free again.
+        deadline = time.time() + 30
+        while [a for a in driver.allocs() if a["handle"] != grab["handle"]] and time.time() < deadline:
+            time.sleep(0.2)
+        assert not [a for a in driver.allocs() if a["handle"] != grab["handle"]]
     finally:
         driver.request({"op": "free", "handle": grab["handle"]})
 
