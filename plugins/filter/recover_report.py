@@ -42,7 +42,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_result import ResultError, build
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, build
 
 
 def recover_report(raw):
@@ -52,7 +52,7 @@ def recover_report(raw):
                                  % type(raw).__name__)
     try:
         return build(raw)
-    except (ResultError, KeyError) as exc:
+    except (LadderError, KeyError) as exc:
         raise AnsibleFilterError("recover_report: %s" % exc, orig_exc=exc) from exc
 
 

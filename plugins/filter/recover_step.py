@@ -60,7 +60,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_result import ResultError, start, step
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, start, step
 
 
 def recover_step(state, event, result=None, t0=None, t1=None, name=None):
@@ -72,7 +72,7 @@ def recover_step(state, event, result=None, t0=None, t1=None, name=None):
             return start(state.get("vmid"), state.get("node"), state.get("started_at"), state.get("t_start"),
                          state.get("pct_status") or "", state.get("settings") or {})
         return step(state, event, result=result, t0=t0, t1=t1, name=name)
-    except (ResultError, KeyError, TypeError, ValueError) as exc:
+    except (LadderError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("recover_step(%s): %s" % (event, exc), orig_exc=exc) from exc
 
 

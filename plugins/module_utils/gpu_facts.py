@@ -19,6 +19,9 @@ import re
 import stat
 from typing import Any, Callable, Optional
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import (
+    cgroup_path_of, join_root, parse_proc_cgroup, read_text)
+
 # Fields asked of ``nvidia-smi --query-gpu``; the order is the order of the csv columns.
 GPU_QUERY_FIELDS: tuple[str, ...] = (
     "index",
@@ -51,7 +54,7 @@ COMPUTE_APP_INT_KEYS = frozenset({"pid", "used_memory_mib"})
 _APP_FREE_TEXT_COLUMN = 1  # process_name (a path may contain commas)
 
 # nvidia-smi prints these for values a GPU or driver does not report.
-_NA_VALUES = frozenset(
+NA_VALUES = frozenset(
     {
         "",
         "n/a",
@@ -99,9 +102,9 @@ class ParseError(ValueError):
     """Raised when input does not have the expected format; the message says what was wrong."""
 
 
-def _na_to_none(value: str) -> Optional[str]:
+def na_to_none(value: str) -> Optional[str]:
     text = value.strip()
-    if text.lower() in _NA_VALUES:
+    if text.lower() in NA_VALUES:
         return None
     return text
 
@@ -147,7 +150,7 @@ def _parse_csv(
         parts = _split_csv_line(line, len(keys), free_text_column)
         row: dict[str, Any] = {}
         for key, value in zip(keys, parts):
-            cleaned = _na_to_none(value)
+            cleaned = na_to_none(value)
             row[key] = _to_int(cleaned, key) if key in int_keys else cleaned
         rows.append(row)
     return rows
@@ -237,34 +240,6 @@ def parse_cgroup_memory_value(text: Optional[str]) -> Optional[int]:
     return number
 
 
-def parse_proc_self_cgroup(text: str) -> dict[str, Optional[str]]:
-    """Parse /proc/self/cgroup: the v2 path (line ``0::/path``) and the v1 memory controller path."""
-    v2_path: Optional[str] = None
-    v1_memory_path: Optional[str] = None
-    for line in text.splitlines():
-        parts = line.strip().split(":", 2)
-        if len(parts) != 3:
-            continue
-        hierarchy, controllers, path = parts
-        if hierarchy == "0" and controllers == "":
-            v2_path = path
-        elif "memory" in controllers.split(","):
-            v1_memory_path = path
-    return {"v2_path": v2_path, "v1_memory_path": v1_memory_path}
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def _join(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
-
-
 def _ancestors(cgroup_path: str) -> list[str]:
     """'/a/b' -> ['/a/b', '/a', '/'] (deepest first)."""
     parts = [p for p in cgroup_path.split("/") if p]
@@ -287,19 +262,20 @@ def collect_cgroup_memory(root: str = "/") -> dict[str, Any]:
         "memory_usage_bytes": None,
         "limit_cgroup": None,
     }
-    parsed = parse_proc_self_cgroup(_read(_join(root, "/proc/self/cgroup")) or "")
+    parsed = parse_proc_cgroup(read_text(join_root(root, "/proc/self/cgroup")))
+    v2_path, v1_memory_path = cgroup_path_of(parsed, ""), cgroup_path_of(parsed, "memory")
     candidates: list[tuple[str, str, str, str]] = []  # (cgroup, dir, limit file, usage file)
-    if parsed["v2_path"] is not None and os.path.exists(_join(root, "/sys/fs/cgroup/cgroup.controllers")):
+    if v2_path is not None and os.path.exists(join_root(root, "/sys/fs/cgroup/cgroup.controllers")):
         result["version"] = 2
-        result["path"] = parsed["v2_path"]
-        for cg in _ancestors(parsed["v2_path"]):
-            candidates.append((cg, _join(root, "/sys/fs/cgroup" + cg), "memory.max", "memory.current"))
-    elif parsed["v1_memory_path"] is not None:
+        result["path"] = v2_path
+        for cg in _ancestors(v2_path):
+            candidates.append((cg, join_root(root, "/sys/fs/cgroup" + cg), "memory.max", "memory.current"))
+    elif v1_memory_path is not None:
         result["version"] = 1
-        result["path"] = parsed["v1_memory_path"]
-        for cg in _ancestors(parsed["v1_memory_path"]):
+        result["path"] = v1_memory_path
+        for cg in _ancestors(v1_memory_path):
             candidates.append(
-                (cg, _join(root, "/sys/fs/cgroup/memory" + cg), "memory.limit_in_bytes", "memory.usage_in_bytes")
+                (cg, join_root(root, "/sys/fs/cgroup/memory" + cg), "memory.limit_in_bytes", "memory.usage_in_bytes")
             )
     else:
         return result
@@ -312,8 +288,8 @@ def collect_cgroup_memory(root: str = "/") -> dict[str, Any]:
         if not os.path.isdir(directory):
             # A path from outside our cgroup namespace view; skip it.
             continue
-        limit = parse_cgroup_memory_value(_read(os.path.join(directory, limit_file)))
-        usage = parse_cgroup_memory_value(_read(os.path.join(directory, usage_file)))
+        limit = parse_cgroup_memory_value(read_text(os.path.join(directory, limit_file)))
+        usage = parse_cgroup_memory_value(read_text(os.path.join(directory, usage_file)))
         if usage is not None:
             top_usage = usage
         if limit is not None and (best_limit is None or limit < best_limit):
@@ -345,11 +321,11 @@ def detect_container(root: str = "/", detect_virt_output: Optional[str] = None) 
         kind = detect_virt_output.strip()
         if kind and kind != "none":
             return {"in_container": True, "type": kind, "source": "systemd-detect-virt"}
-    marker = _read(_join(root, "/run/systemd/container"))
+    marker = read_text(join_root(root, "/run/systemd/container"))
     if marker and marker.strip():
         return {"in_container": True, "type": marker.strip(), "source": "/run/systemd/container"}
     try:
-        with open(_join(root, "/proc/1/environ"), "rb") as handle:
+        with open(join_root(root, "/proc/1/environ"), "rb") as handle:
             env = parse_environ(handle.read())
     except OSError:
         env = {}
@@ -384,7 +360,7 @@ def list_nvidia_devices(
     root: str = "/", stat_fn: Callable[[str], os.stat_result] = os.stat
 ) -> list[dict[str, Any]]:
     """The NVIDIA device nodes under /dev (/dev/nvidia*, and /dev/nvidia-caps/*), sorted by path."""
-    dev = _join(root, "/dev")
+    dev = join_root(root, "/dev")
     found: list[dict[str, Any]] = []
     try:
         names = sorted(os.listdir(dev))
@@ -402,7 +378,7 @@ def list_nvidia_devices(
                 pass
     for path in paths:
         try:
-            st = stat_fn(_join(root, path))
+            st = stat_fn(join_root(root, path))
         except OSError:
             continue
         found.append(describe_device(path, st.st_mode, st.st_rdev))
@@ -421,14 +397,14 @@ def parse_driver_version_file(text: Optional[str]) -> Optional[str]:
 
 
 def read_host_memory(root: str = "/") -> dict[str, Optional[int]]:
-    text = _read(_join(root, "/proc/meminfo"))
+    text = read_text(join_root(root, "/proc/meminfo"))
     if text is None:
         raise ParseError("cannot read /proc/meminfo")
     return parse_meminfo(text)
 
 
 def read_kernel_module_version(root: str = "/") -> Optional[str]:
-    return parse_driver_version_file(_read(_join(root, "/proc/driver/nvidia/version")))
+    return parse_driver_version_file(read_text(join_root(root, "/proc/driver/nvidia/version")))
 
 
 def summarize_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any]:

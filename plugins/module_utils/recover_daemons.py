@@ -45,7 +45,7 @@ def split_host_holders(holders: Sequence[Mapping[str, Any]], gpus: Sequence[int]
                        stop_daemons: bool) -> dict[str, list[dict[str, Any]]]:
     """Split the processes holding any of ``gpus`` into daemons rung 5 may stop and clients that block the reset.
 
-    holders: gpu_recovery.read_process dicts (pid, comm, starttime, vmid, cgroup, gpu_fds). A daemon is a host
+    holders: recover_procs.read_process dicts (pid, comm, starttime, vmid, cgroup, gpu_fds). A daemon is a host
     process (vmid None) whose comm is in STOPPABLE; inside a container the same name is a client like any other.
     """
     wanted = set(gpus)

@@ -1,16 +1,22 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The recovery ladder's decisions: the rungs (defined once), the Clean gate for one sample
-(``evaluate_sample``, ``judge_host_memory``), the rung to take (``choose_rung``, ``next_rung_after``) and when a
-verification may stop polling (``settled``). Sources: docs/recover.md ("The ladder", "Clean").
+"""The recovery ladder's decisions, in one place: the rungs (defined once: every module, filter and the role take
+their names and numbers from here), and ``judge``, which alone turns a diagnosis's readings into the verdict
+(Clean / Not clean) and its reasons, the rung to take next and whether a verification may stop polling. Its parts:
+the Clean gate for one sample (``evaluate_sample``, ``judge_host_memory``), the kernel log (recover_kernel.judge),
+the rung (``choose_rung``, ``next_rung_after``) and when to stop polling (``settled``). Sources: docs/recover.md
+("The ladder", "Clean").
 
-No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_gpu_recovery.py (with the parsers it judges).
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_recover_gate.py.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel
 
 GIB = 1024**3
 
@@ -34,10 +40,12 @@ RUNG_NAMES: dict[int, str] = {
     RUNG_REBOOT: "reboot_report",
 }
 
-# The rungs whose action gpu_recover_action performs (its option action is the rung's name), and, per rung, the
-# role setting (gpu_recover_<name>, seconds) that bounds the verification's polling after it.
+# The rungs whose action gpu_recover_action performs (its option action is the rung's name: ACTION_NAMES), and, per
+# rung, the role setting (gpu_recover_<name>, seconds) that bounds the verification's polling after it.
 ACTING_RUNGS: tuple[int, ...] = (RUNG_STOP_SERVICE, RUNG_KILL_HOLDERS, RUNG_UNBLOCK_STUCK, RUNG_STOP_CONTAINER,
                                  RUNG_RESET_GPUS)
+ACTION_NAMES: tuple[str, ...] = tuple(RUNG_NAMES[r] for r in ACTING_RUNGS)
+RUNG_OF_ACTION: dict[str, int] = {RUNG_NAMES[r]: r for r in ACTING_RUNGS}
 POLL_BUDGET_SETTING: dict[int, str] = {
     RUNG_STOP_SERVICE: "service_poll_timeout",
     RUNG_KILL_HOLDERS: "kill_poll_timeout",
@@ -71,6 +79,14 @@ def action_budget_s(rung: int, settings: Mapping[str, Any]) -> int:
 RECOVERY_ACTION_NONE = "none"
 RECOVERY_ACTIONS_REBOOT = ("reboot",)              # Node Reboot / System Reboot: the OS may be inconsistent
 RECOVERY_ACTIONS_RESET = ("reset", "drain")        # GPU Reset, Drain P2P, Drain and Reset, Bus Reset
+
+
+# systemd ActiveState values of a service that is (or is about to be) running: rung 1 stops it.
+SERVICE_ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
+# evaluate_sample's reason for a GPU whose memory.used nvidia-smi printed as [N/A] / [Unknown Error]: alone, no
+# rung can make it readable.
+UNREADABLE_REASON = "nvidia-smi reports no memory.used figure"
+NOTHING_TO_CHANGE = "nothing a rung can change: "
 
 
 def recovery_action_class(value: Optional[str]) -> str:
@@ -121,8 +137,8 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
         apps = row.get("apps", [])
         if row.get("memory_used_mib") is None:
             # nvidia-smi printed [N/A], [Unknown Error] or [GPU is lost]: unknown is not clean (docs/recover.md).
-            reasons.append("GPU %d: nvidia-smi reports no memory.used figure ([N/A], [Unknown Error] or [GPU is lost]): "
-                           "it cannot be judged clean" % idx)
+            reasons.append("GPU %d: %s ([N/A], [Unknown Error] or [GPU is lost]): it cannot be judged clean"
+                           % (idx, UNREADABLE_REASON))
             gpu_rows.append({"index": idx, "uuid": row.get("uuid"), "memory_used_mib": None, "compute_apps": apps,
                              "clean": False})
             continue
@@ -241,12 +257,14 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
 
     diag keys: clean, container_status ("running"/"stopped"/None), service_active (bool), ct_holders,
     ct_stuck (procs with "class"), gpu_excess_without_process (bool), host_memory_only (bool),
-    reboot_signals [str], reset_refused (bool), recovery_reset (bool: the driver's gpu_recovery_action asks for a
-    GPU reset on one of the container's GPUs).
-    Returns (rung, reason); rung 0 means nothing to do.
+    reboot_signals [str], recovery_reset (bool: the driver's gpu_recovery_action asks for a GPU reset on one of
+    the container's GPUs), only_unreadable (bool: the only reasons are figures nvidia-smi cannot read, listed in
+    reasons), unfixable [str] (reasons no rung can change: a missing baseline, a new Xid that is no reboot signal).
+    Returns (rung, reason); rung 0 means nothing to do (clean, or nothing a rung can change).
     """
     if diag.get("clean"):
-        return RUNG_CLEAN, "clean: nothing to do"
+        unfixable = diag.get("unfixable") or []
+        return RUNG_CLEAN, (NOTHING_TO_CHANGE + "; ".join(unfixable)) if unfixable else "clean: nothing to do"
     signals = list(diag.get("reboot_signals") or [])
     stuck = diag.get("ct_stuck") or []
     classes = {p.get("class") for p in stuck}
@@ -255,6 +273,10 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
             str(p["pid"]) for p in stuck if p.get("class") == "stuck_nvidia"))
     if signals:
         return RUNG_REBOOT, "; ".join(signals)
+    if diag.get("only_unreadable"):
+        # Figures nvidia-smi cannot read ([N/A], [Unknown Error]) are Not clean, and when nothing else is wrong no
+        # rung can make them readable: stop and say so instead of stopping the container or resetting GPUs for nothing.
+        return RUNG_CLEAN, NOTHING_TO_CHANGE + "; ".join(diag.get("reasons") or [])
 
     def pick(rung: int, reason: str) -> tuple[int, str]:
         if rung > after_rung:
@@ -328,3 +350,144 @@ def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]
             and not diag.get("ct_holders") and not diag.get("ct_stuck") and not diag.get("host_memory_only"):
         return RUNG_RESET_GPUS, "GPU memory still held with no process: reset the GPUs"
     return RUNG_REBOOT, "rung %d did not clear it and no lower rung applies: the node needs a reboot" % after_rung
+
+
+# --------------------------------------------------------------------------- the one judgement of a diagnosis
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What ``judge`` decided from one diagnosis's readings (gpu_diagnose returns these as they are)."""
+
+    verdict: str                      # "Clean" or "Not clean"
+    clean: bool
+    reasons: list[str]                # why Not clean (empty when Clean)
+    summary: str                      # the verdict, the container and the evidence in one line
+    rung: int                         # the rung to take next (0: clean, or nothing a rung can change)
+    why: str
+    settled: bool                     # the verification after a rung may stop polling
+    settled_reason: str
+    findings: dict[str, Any]          # the facts the rung was chosen from
+    notes: list[str]                  # facts that do not decide the verdict
+    stuck: list[Mapping[str, Any]]    # processes stuck in every sample
+    evaluations: list[dict[str, Any]]  # evaluate_sample of each sample
+    kernel: dict[str, Any]            # recover_kernel.judge of the records since the run's cursor
+
+
+def _stuck_in_every_sample(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The last sample's odd processes that were odd in every sample (a task briefly in D while exiting is not
+    stuck); a process is the same one when its PID and start time are."""
+    keys = None
+    for sample in samples:
+        now = {(p["pid"], p.get("starttime")) for p in sample.get("ct_stuck") or []}
+        keys = now if keys is None else keys & now
+    return [p for p in samples[-1].get("ct_stuck") or [] if (p["pid"], p.get("starttime")) in (keys or set())]
+
+
+def _judge_kernel(kernel: Optional[Mapping[str, Any]], last: Mapping[str, Any]) -> dict[str, Any]:
+    """recover_kernel.judge of the records read after the run's cursor; an unreadable log is a reason (unknown is
+    not clean), an unread one (kernel_log=false) a note."""
+    verdict: dict[str, Any] = {"reasons": [], "reboot_signals": [], "notes": [], "new_xids": [], "old_xids": []}
+    if kernel is None:
+        verdict["notes"].append("kernel log not read (kernel_log=false): new Xid lines not checked")
+    elif kernel.get("error"):
+        verdict["reasons"].append("kernel log not readable (%s): the gate cannot check for new NVRM Xid lines; run as "
+                                  "root on the node" % kernel["error"])
+    else:
+        verdict = recover_kernel.judge(kernel.get("records") or [], kernel.get("since"),
+                                       {g["index"]: g.get("pci_bus_id") for g in last.get("gpus") or []},
+                                       last.get("container_gpus") or [])
+    return verdict
+
+
+def _recovery_classes(last: Mapping[str, Any]) -> dict[int, str]:
+    """recovery_action_class of each of the container's GPUs, when the driver's field was read."""
+    recovery = last.get("recovery_actions") or {}
+    if not recovery.get("supported") or recovery.get("error"):
+        return {}
+    return {g: recovery_action_class(recovery["actions"].get(g)) for g in last.get("container_gpus") or []}
+
+
+def _reboot_signals(last: Mapping[str, Any], recovery: Mapping[int, str], kernel_signals: Sequence[str]) -> list[str]:
+    signals = []
+    if last.get("nvidia_smi_hung"):
+        signals.append("nvidia-smi hung")
+    if last.get("nvidia_smi_error") and "exited 15" in last["nvidia_smi_error"]:
+        signals.append("a GPU has fallen off the bus (nvidia-smi rc 15)")
+    asks_reboot = sorted(g for g, kind in recovery.items() if kind == "reboot")
+    if asks_reboot:
+        signals.append("the driver's recovery action for GPU(s) %s is a reboot" % asks_reboot)
+    return signals + list(kernel_signals)
+
+
+def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, Any]], tolerances: Mapping[str, Any],
+          *, baseline_path: str, container_status: Optional[str], service_state: Optional[str],
+          kernel: Optional[Mapping[str, Any]] = None, after_rung: int = RUNG_CLEAN, elapsed_s: Optional[float] = None,
+          stuck_grace_s: float = 30, release_grace_s: float = 60) -> Judgement:
+    """The verdict, its reasons, the rung to take next and whether polling may stop, from one diagnosis's readings.
+
+    samples: gpu_diagnose's samples, oldest first (evaluate_sample's keys, plus ct_processes with pid and
+    starttime, recovery_actions); the verdict is Clean only when every sample passes the gate, and a process is
+    stuck only when it is in every sample. baseline: the record (None: none, or set aside), at ``baseline_path``.
+    Without one the verdict is never Clean (the GPUs' idle figures are unknown) but no rung is asked for.
+    container_status: ``pct status`` ("running", "stopped", None). service_state: the service's systemd
+    ActiveState (None: not read). kernel: None when the kernel log was not read, else {"records": recover_kernel
+    records, "since": the run's cursor, "error": why it could not be read, or None}. after_rung: the last rung
+    tried; elapsed_s: seconds since it started (None: not a verification, it settles only when clean).
+    """
+    evaluations = [evaluate_sample(s, baseline, tolerances) for s in samples]
+    last, last_eval = samples[-1], evaluations[-1]
+    vmid = last["vmid"]
+    stuck = _stuck_in_every_sample(samples)
+    clean = all(e["clean"] for e in evaluations)
+    failing = list(next((e for e in reversed(evaluations) if not e["clean"]), last_eval)["reasons"])
+    kern = _judge_kernel(kernel, last)
+    if kern["reboot_signals"]:
+        clean = False
+        failing += kern["reboot_signals"]
+    recovery = _recovery_classes(last)
+    signals = _reboot_signals(last, recovery, kern["reboot_signals"])
+    service_active = service_state in SERVICE_ACTIVE_STATES
+    holders = last.get("ct_holders") or []
+    gpu_tol = int(tolerances.get("gpu_memory_mib", 16))
+    excess_no_proc = any((g.get("excess_mib") or 0) > gpu_tol and not any(
+        a.get("owner") == vmid for a in g["compute_apps"]) for g in last_eval["gpus"]) and not holders
+    host_only = (not clean and all(g["clean"] for g in last_eval["gpus"]) and not holders and not stuck
+                 and bool(last_eval["host"]["reasons"]) and not last.get("nvidia_smi_error"))
+    only_unreadable = (not clean and bool(failing) and not signals and not service_active and not holders
+                       and not stuck and all(UNREADABLE_REASON in r for r in failing))
+    # Reasons no rung of this container's ladder can change: a missing baseline, a new Xid that is not a reboot
+    # signal, an unreadable kernel log. They make the verdict Not clean; alone they ask for no rung.
+    missing_baseline = ("no baseline at %s: without the GPUs' idle figures the gate cannot say Clean; record it at "
+                        "idle with -e recover_record_baseline=true (or run deploy.yml for this container)"
+                        % baseline_path) if baseline is None else None
+    unfixable = ([missing_baseline] if missing_baseline else []) + kern["reasons"]
+    diag = {"clean": clean, "container_status": container_status, "service_active": service_active,
+            "ct_holders": holders, "ct_stuck": stuck, "gpu_excess_without_process": excess_no_proc,
+            "host_memory_only": host_only, "reboot_signals": signals,
+            "recovery_reset": any(kind == "reset" for kind in recovery.values()),
+            "only_unreadable": only_unreadable, "reasons": failing, "unfixable": unfixable}
+    rung, why = choose_rung(diag, after_rung)
+    findings = {
+        "container_status": container_status, "service_active": service_active, "holders": len(holders),
+        "stuck": len(stuck), "gpu_excess_without_process": excess_no_proc, "host_memory_only": host_only,
+        "reboot_signals": signals, "recovery_reset": diag["recovery_reset"],
+        "baseline_missing": missing_baseline is not None, "new_xids": [x["xid"] for x in kern["new_xids"]],
+        "only_unreadable": only_unreadable,
+    }
+    if elapsed_s is not None:
+        done, done_why = settled(rung, findings, elapsed_s, after_rung, stuck_grace_s, release_grace_s)
+    else:
+        done, done_why = rung == RUNG_CLEAN, "the gate passes" if rung == RUNG_CLEAN else "not clean"
+    reasons = ([] if clean else failing) + unfixable
+    verdict = "Not clean" if reasons or not clean else "Clean"
+    summary = "%s: CT %d (%s), %s" % (verdict, vmid, container_status, "; ".join(reasons) if reasons else (
+        "GPUs %s at baseline with no compute apps, host memory %s" % (
+            last.get("container_gpus"), "within tolerance of the baseline" if baseline else "above the no-baseline floor")))
+    notes = list(kern["notes"])
+    for note in (n for e in evaluations for n in e["notes"]):
+        if note not in notes:
+            notes.append(note)
+    return Judgement(verdict=verdict, clean=verdict == "Clean", reasons=reasons, summary=summary, rung=rung, why=why,
+                     settled=done, settled_reason=done_why, findings=findings, notes=notes, stuck=stuck,
+                     evaluations=evaluations, kernel=kern)

@@ -15,7 +15,8 @@ A new Xid on one of the container's GPUs (matched by PCI address), or on a GPU t
   119/120 GSP errors, 154 recovery action required);
 - otherwise a reason the run is Not clean, which no rung of this container's ladder is known to fix: the operator
   reads the Xid in NVIDIA's catalogue.
-A new Xid on a GPU of another container is a note.
+A new Xid on a GPU of another container is a note. ``parse_kernel_log`` keeps the lines shown as evidence (Xid,
+OOM, hung task) and counts the container's OOM kills.
 
 No Ansible imports: unit-tested in tests/unit/plugins/module_utils/test_recover_kernel.py.
 """
@@ -35,6 +36,13 @@ REBOOT_XIDS = frozenset({48, 79, 119, 120, 154})
 _XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (\d+)")
 _EVIDENCE_RE = re.compile(r"NVRM:|Out of memory|oom-kill|blocked for more than|fallen off the bus", re.IGNORECASE)
 _RECORD_LIMIT = 200
+
+# Kernel log lines kept as evidence in the report: Xids (NVIDIA's Xid catalogue), OOM kills, hung tasks.
+KERNEL_LOG_RE = re.compile(
+    r"NVRM: Xid|Out of memory|oom-kill|oom_reaper|Memory cgroup out of memory|blocked for more than|"
+    r"fallen off the bus|GPU has fallen|hung_task",
+    re.IGNORECASE,
+)
 
 
 def parse_record(raw: str) -> Optional[dict[str, Any]]:
@@ -153,3 +161,14 @@ def judge(records: Sequence[Mapping[str, Any]], since_seq: Optional[int],
         notes.append("new NVRM line(s) since the run started: %s" % " | ".join(other_new[-5:]))
     return {"new_xids": new, "old_xids": old[-20:], "reasons": reasons, "reboot_signals": signals, "notes": notes,
             "lines": [r["message"] for r in records][-_RECORD_LIMIT:]}
+
+
+def parse_kernel_log(text: Optional[str], vmid: Optional[int] = None, limit: int = 50) -> dict[str, Any]:
+    """Kernel log lines that matter here: Xid, OOM, hung tasks (last ``limit`` kept), and the container's OOM
+    kills. Evidence only: the Xids are judged by ``judge``."""
+    lines = [ln.rstrip() for ln in (text or "").splitlines() if KERNEL_LOG_RE.search(ln)]
+    oom_ct = 0
+    if vmid is not None:
+        ct_re = re.compile(r"(?:/lxc/%d(?:/|\b)|lxc\.payload\.%d\b)" % (vmid, vmid))
+        oom_ct = sum(1 for ln in lines if "oom-kill" in ln.lower() and ct_re.search(ln))
+    return {"lines": lines[-limit:], "oom_kills_in_container": oom_ct}

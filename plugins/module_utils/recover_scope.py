@@ -18,7 +18,6 @@ No Ansible imports. Every function decides from data it is given (the inventory'
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 
@@ -81,19 +80,6 @@ def container_gpus(vmid: int, config_rc: int, config_gpus: Sequence[int], config
             "records it at idle), or run playbooks/deploy.yml for this container. Nothing has been changed."
             % (baseline_path, sorted(set(int(g) for g in baseline_gpus)), vmid, gpus))
     return {"gpus": gpus, "from": "pct config devN"}
-
-
-_LIST_ROW = re.compile(r"^\s*(\d+)\s+(\S+)(?:\s|$)")
-
-
-def parse_pct_list(text: Optional[str]) -> dict[int, str]:
-    """{VMID: status} from ``pct list`` (VMID Status Lock Name; the header and blank lines skipped)."""
-    rows: dict[int, str] = {}
-    for line in (text or "").splitlines():
-        match = _LIST_ROW.match(line)
-        if match:
-            rows[int(match.group(1))] = match.group(2)
-    return rows
 
 
 def reset_conflicts(groups: Sequence[Sequence[int]], vmid: int,

@@ -5,7 +5,8 @@
 sent through pidfds with start-time checks (``signal_pid``, ``send_signal``), aborting a FUSE connection, and
 waiting. Only gpu_recover_action calls them, outside check mode.
 
-No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_gpu_recovery.py and (the call site) test_gpu_recover_action.py.
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_recover_signals.py and (the call site)
+test_gpu_recover_action.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import signal as _signal
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_recovery import parse_stat
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import _join, _read
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import join_root
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import read_stat
 
 
 def pids_to_signal(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Mapping[str, Any]], vmid: int,
@@ -82,7 +83,7 @@ def signal_pid(pid: int, starttime: Optional[int], sig: int, root: str = "/") ->
     except (AttributeError, OSError):
         fd = None
     try:
-        st = parse_stat(_read(os.path.join(root, "proc/%d/stat" % pid)))
+        st = read_stat(pid, root)
         if st is None or st["state"] in ("Z", "X"):
             return "gone"
         if starttime is not None and st["starttime"] != starttime:
@@ -133,7 +134,7 @@ def send_signal(plan: Mapping[str, Any], sig: int, kill_fn: Callable[[int, int],
 
 def abort_fuse_connection(conn: int, root: str = "/") -> None:
     """``echo 1 > /sys/fs/fuse/connections/<conn>/abort`` (kernel commit 69a53bf)."""
-    with open(_join(root, "/sys/fs/fuse/connections/%d/abort" % int(conn)), "w") as handle:
+    with open(join_root(root, "/sys/fs/fuse/connections/%d/abort" % int(conn)), "w") as handle:
         handle.write("1")
 
 

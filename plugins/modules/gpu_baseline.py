@@ -52,13 +52,13 @@ options:
   nvidia_smi_path:
     description: Path to C(nvidia-smi); looked up in E(PATH) by default.
     type: path
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: In check mode the record is built and checked but not written.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 seealso:
   - module: inferops.gpu_inference.gpu_diagnose
@@ -92,8 +92,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline as rb
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 
 
 def read_state(module, smi):
@@ -107,12 +107,8 @@ def read_state(module, smi):
     rc, out, err = module.run_command(pre + gpu_facts.compute_apps_query_args(smi), environ_update={"LC_ALL": "C"})
     if rc != 0:
         module.fail_json(msg="nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, (err or out).strip()))
-    apps = []
-    for app in gpu_facts.parse_compute_apps_csv(out):
-        pid = app.get("pid")
-        text = gr._read("/proc/%d/cgroup" % pid) if pid else None
-        ct = gr.container_of_cgroup(text) if text is not None else None
-        apps.append(dict(app, owner=ct if ct is not None else ("host" if text is not None else "gone")))
+    apps = [dict(app, owner=procs.container_of_pid(app["pid"]) if app.get("pid") else "gone")
+            for app in gpu_facts.parse_compute_apps_csv(out)]
     return rows, apps
 
 

@@ -39,7 +39,8 @@ description:
   - Takes O(samples) samples O(sample_interval) seconds apart; the verdict is C(Clean) only when every
     sample passes, and a process counts as stuck only when it is in D state in every sample.
   - Returns the verdict and the first rung of the ladder the evidence says is needed (it jumps rungs, for
-    example straight to the scoped kill when no service runs but escaped processes hold the GPUs).
+    example straight to the scoped kill when no service runs but escaped processes hold the GPUs). The module only
+    reads; the verdict, its reasons, the rung and RV(settled) are decided in one place, C(recover_gate.judge).
 options:
   vmid:
     description: The container to diagnose.
@@ -152,13 +153,13 @@ options:
         new one at idle.
     type: bool
     default: false
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module never changes anything.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
   - Run it on the Proxmox VE node as root. Inside a container the driver reports no process, so the evidence is empty.
@@ -230,7 +231,7 @@ settled_reason:
   returned: always
   type: str
 rung_names:
-  description: The name of every rung, by number (0 diagnose ... 6 reboot_report), defined once in gpu_recovery.RUNG_NAMES.
+  description: The name of every rung, by number (0 diagnose ... 6 reboot_report), defined once in recover_gate.RUNG_NAMES.
   returned: always
   type: list
   elements: str
@@ -252,19 +253,18 @@ evidence:
   type: dict
 """
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel as rk
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
-
-_ACTIVE_STATES = ("active", "activating", "deactivating", "reloading")
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
 
 
 class Runner:
@@ -282,8 +282,7 @@ class Runner:
         return rc, out, err, rc in (124, 137) and self.timeout_bin is not None
 
 
-# evaluate_sample's reason for a GPU whose memory.used nvidia-smi printed as [N/A] / [Unknown Error].
-UNREADABLE_REASON = "nvidia-smi reports no memory.used figure"
+# --------------------------------------------------------------------------- readings (nothing here judges)
 
 
 def read_gpus(runner, smi):
@@ -318,29 +317,20 @@ def _slim(proc):
 
 
 def read_recovery_actions(runner, smi, failed):
-    """The driver's gpu_recovery_action per GPU (gpu_recovery.parse_recovery_actions); skipped when nvidia-smi failed."""
+    """The driver's gpu_recovery_action per GPU (recover_smi.parse_recovery_actions); skipped when nvidia-smi failed."""
     if not smi or failed:
         return {"supported": False, "actions": {}, "error": None}
-    rc, out, err, hung = runner.run([smi, "--query-gpu=index,gpu_recovery_action", "--format=csv,noheader"])
+    rc, out, err, hung = runner.run(recover_smi.recovery_action_query_args(smi))
     if hung:
         return {"supported": True, "actions": {}, "error": "nvidia-smi --query-gpu=gpu_recovery_action timed out"}
-    return gr.parse_recovery_actions(rc, out, err)
+    return recover_smi.parse_recovery_actions(rc, out, err)
 
 
 def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
     gpus, apps, smi_error, hung = read_gpus(runner, smi)
     recovery = read_recovery_actions(runner, smi, smi_error or hung)
-    scan = gr.scan_processes(vmid, "/", uvm_majors)
-    owner_of = {}
-    for app in apps:
-        pid = app.get("pid")
-        if pid is None:
-            continue
-        if not os.path.exists("/proc/%d" % pid):
-            owner_of[pid] = "gone"
-            continue
-        ct = gr.container_of_cgroup(gr._read("/proc/%d/cgroup" % pid))
-        owner_of[pid] = ct if ct is not None else "host"
+    scan = procs.scan_processes(vmid, "/", uvm_majors)
+    owner_of = {app["pid"]: procs.container_of_pid(app["pid"]) for app in apps if app.get("pid") is not None}
     uuid_to_index = {g["uuid"]: g["index"] for g in gpus}
     for g in gpus:
         g["apps"] = []
@@ -351,9 +341,6 @@ def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
         if idx in by_index:
             by_index[idx]["apps"].append(entry)
     ct_procs = scan["container"]
-    ct_holders = [p for p in ct_procs if p["holds_nvidia"]]
-    ct_odd = [p for p in ct_procs if p["class"] not in ("running", "zombie")]
-    other_holders = [p for p in scan["nvidia_holders"] if p["vmid"] != vmid and set(p["gpu_fds"]) & set(container_gpus)]
     try:
         host_memory = gpu_facts.read_host_memory("/")
     except gpu_facts.ParseError:
@@ -367,22 +354,20 @@ def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
         "nvidia_smi_hung": hung,
         "recovery_actions": recovery,
         "ct_processes": ct_procs,
-        "ct_holders": ct_holders,
-        "ct_stuck": ct_odd,
-        "other_gpu_holders": other_holders,
+        "ct_holders": [x for x in ct_procs if x["holds_nvidia"]],
+        "ct_stuck": [x for x in ct_procs if x["class"] not in ("running", "zombie")],
+        "other_gpu_holders": [x for x in scan["nvidia_holders"]
+                              if x["vmid"] != vmid and set(x["gpu_fds"]) & set(container_gpus)],
         "host_memory": host_memory,
-        "ct_memory_usage_bytes": gr.container_memory(vmid, init_pid, "/")["memory_usage_bytes"],
+        "ct_memory_usage_bytes": pve.container_memory(vmid, init_pid, "/")["memory_usage_bytes"],
     }
 
 
-def diagnose(module):
+def read_container(module, runner, pct, notes):
+    """The container (scope, pct status, its GPUs from pct config) and its baseline; fails the module, changing
+    nothing, when the scope refuses it (recover_scope)."""
     p = module.params
     vmid = p["vmid"]
-    runner = Runner(module, p["command_timeout"])
-    smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
-    pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
-    notes = []
-
     container = {"vmid": vmid, "status": None, "init_pid": None, "gpus": [], "gpus_from": None}
     try:
         container["scope"] = recover_scope.check_target(vmid, p["node"], p["declared"] or [], p["allow_undeclared"])
@@ -394,7 +379,7 @@ def diagnose(module):
     if rc != 0:
         module.fail_json(msg="pct status %d failed (%s): %s" % (vmid, "timed out" if hung else "rc %d" % rc,
                                                                 (err or out).strip()))
-    st = gr.parse_pct_status(out)
+    st = pve.parse_pct_status(out)
     container["status"], container["init_pid"] = st["status"], st["pid"]
     rc, out, err, hung = runner.run([pct, "config", str(vmid)])
     baseline_path, baseline, baseline_error = recover_baseline.load(p["baseline_dir"], vmid)
@@ -405,39 +390,77 @@ def diagnose(module):
         # recorded again at idle once everything else is clean.
         notes.append("baseline %s set aside (record_baseline): judged without it" % baseline_path)
         baseline = None
-    baseline_gpus = recover_baseline.gpus_of(baseline)
     try:
-        gpus = recover_scope.container_gpus(vmid, rc, gr.parse_pct_config_gpus(out) if rc == 0 else [],
-                                            "timed out" if hung else (err or out), baseline_gpus, baseline_path)
+        gpus = recover_scope.container_gpus(vmid, rc, pve.parse_pct_config_gpus(out) if rc == 0 else [],
+                                            "timed out" if hung else (err or out), recover_baseline.gpus_of(baseline),
+                                            baseline_path)
     except recover_scope.ScopeError as exc:
         module.fail_json(msg=str(exc), refused="gpus")
     container["gpus"], container["gpus_from"] = gpus["gpus"], gpus["from"]
     if baseline is None:
         notes.append("no baseline at %s: GPU baseline 0 MiB and no compute apps; host memory judged without a baseline"
                      % baseline_path)
-    # Without a baseline the gate cannot know the GPUs' idle figures: never Clean, but no rung can change that either.
-    missing_baseline = ("no baseline at %s: without the GPUs' idle figures the gate cannot say Clean; record it at "
-                        "idle with -e recover_record_baseline=true (or run deploy.yml for this container)"
-                        % baseline_path) if baseline is None else None
+    return container, baseline_path, baseline
 
-    running = container["status"] == "running"
-    service = {"name": p["service"], "checked": False}
-    if running:
-        rc, out, err, hung = runner.run([pct, "exec", str(vmid), "--", "systemctl", "show", p["service"],
-                                         "-p", "ActiveState", "-p", "SubState", "-p", "UnitFileState",
-                                         "-p", "MainPID", "-p", "NRestarts", "-p", "LoadState"])
-        if rc == 0:
-            fields = gr.parse_systemctl_show(out)
-            service.update(checked=True, active_state=fields.get("ActiveState"), sub_state=fields.get("SubState"),
-                           unit_file_state=fields.get("UnitFileState"), load_state=fields.get("LoadState"),
-                           main_pid=int(fields["MainPID"]) if fields.get("MainPID", "").isdigit() else None,
-                           n_restarts=fields.get("NRestarts"))
-        else:
-            service["error"] = ("timed out" if hung else "rc %d: %s" % (rc, (err or out).strip()))
-    service_active = service.get("active_state") in _ACTIVE_STATES
 
-    uvm_majors = gr.uvm_majors()
+def read_service(runner, pct, vmid, name, running):
+    """``systemctl show`` of the service inside the container (not read when the container is stopped)."""
+    service = {"name": name, "checked": False}
+    if not running:
+        return service
+    rc, out, err, hung = runner.run([pct, "exec", str(vmid), "--", "systemctl", "show", name, "-p", "ActiveState",
+                                     "-p", "SubState", "-p", "UnitFileState", "-p", "MainPID", "-p", "NRestarts",
+                                     "-p", "LoadState"])
+    if rc != 0:
+        service["error"] = ("timed out" if hung else "rc %d: %s" % (rc, (err or out).strip()))
+        return service
+    fields = pve.parse_systemctl_show(out)
+    service.update(checked=True, active_state=fields.get("ActiveState"), sub_state=fields.get("SubState"),
+                   unit_file_state=fields.get("UnitFileState"), load_state=fields.get("LoadState"),
+                   main_pid=int(fields["MainPID"]) if fields.get("MainPID", "").isdigit() else None,
+                   n_restarts=fields.get("NRestarts"))
+    return service
 
+
+def read_kernel(p, kmsg_start):
+    """The kernel records to judge (the gate's ``kernel`` reading) and the kernel log's evidence, or (None, ...) when
+    the log is not read. Records after the run's cursor (kernel_since_seq, else the one taken before the first
+    sample) are new (recover_kernel)."""
+    evidence = {"lines": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
+    if not p["kernel_log"]:
+        return None, evidence
+    k1 = rk.read_kmsg(p["kmsg_path"])
+    since = p["kernel_since_seq"] if p["kernel_since_seq"] is not None else kmsg_start["cursor"]
+    error = k1["error"] or kmsg_start["error"]
+    if not error:
+        evidence.update(rk.parse_kernel_log("\n".join(r["message"] for r in k1["records"]), p["vmid"]))
+        evidence["source"], evidence["cursor"] = p["kmsg_path"], since
+    return {"records": k1["records"], "since": since, "error": error}, evidence
+
+
+def read_nvlink(runner, smi, gpus, notes):
+    if not smi or not gpus:
+        return {}
+    rc, out, err, hung = runner.run([smi, "topo", "-m"], 20)
+    if rc != 0:
+        notes.append("nvidia-smi topo -m unavailable: NVLink peers unknown (GPUs reset individually)")
+        return {}
+    return recover_smi.parse_topo_nvlink(out)
+
+
+# --------------------------------------------------------------------------- rung 0: read, then ask the gate
+
+
+def diagnose(module):
+    p = module.params
+    vmid = p["vmid"]
+    runner = Runner(module, p["command_timeout"])
+    smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
+    pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
+    notes = []
+    container, baseline_path, baseline = read_container(module, runner, pct, notes)
+    service = read_service(runner, pct, vmid, p["service"], container["status"] == "running")
+    uvm_majors = procs.uvm_majors()
     tolerances = {
         "gpu_memory_mib": p["gpu_memory_tolerance_mib"],
         "mem_available_bytes": p["mem_available_tolerance_bytes"],
@@ -446,175 +469,72 @@ def diagnose(module):
         "min_available_pct": p["min_available_pct"],
         "ct_attribution_bytes": p["host_memory_attribution_bytes"],
     }
-    # The kernel log's cursor before the first sample: Xids after it (or after kernel_since_seq, the cursor of the
-    # run's first diagnosis) are new (recover_kernel).
+    # The kernel log's cursor before the first sample.
     kmsg_start = rk.read_kmsg(p["kmsg_path"]) if p["kernel_log"] else {"cursor": None, "error": None}
     samples = []
-    evaluations = []
-    stuck_keys = None
     for i in range(max(1, p["samples"])):
         if i:
             time.sleep(p["sample_interval"])
-        sample = take_sample(runner, smi, vmid, container["gpus"], uvm_majors, container["init_pid"])
-        keys = {(s["pid"], s["starttime"]) for s in sample["ct_stuck"]}
-        stuck_keys = keys if stuck_keys is None else stuck_keys & keys
-        samples.append(sample)
-        evaluations.append(gate.evaluate_sample(sample, baseline, tolerances))
-        if sample["nvidia_smi_hung"]:
+        samples.append(take_sample(runner, smi, vmid, container["gpus"], uvm_majors, container["init_pid"]))
+        if samples[-1]["nvidia_smi_hung"]:
             break
-    last = samples[-1]
-    last_eval = evaluations[-1]
-    # Stuck = D/odd in every sample (a task briefly in D while exiting is not stuck).
-    stuck = [s for s in last["ct_stuck"] if (s["pid"], s["starttime"]) in (stuck_keys or set())]
-    clean = all(e["clean"] for e in evaluations)
-    failing = next((e for e in reversed(evaluations) if not e["clean"]), last_eval)
-
-    kernel = {"lines": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
-    kernel_verdict = {"reasons": [], "reboot_signals": [], "notes": [], "new_xids": [], "old_xids": []}
-    if p["kernel_log"]:
-        k1 = rk.read_kmsg(p["kmsg_path"])
-        since = p["kernel_since_seq"] if p["kernel_since_seq"] is not None else kmsg_start["cursor"]
-        if k1["error"] or kmsg_start["error"]:
-            # Unknown is not clean: without the kernel log the gate cannot say no Xid was logged.
-            kernel_verdict["reasons"].append("kernel log not readable (%s): the gate cannot check for new NVRM Xid "
-                                             "lines; run as root on the node" % (k1["error"] or kmsg_start["error"]))
-        else:
-            kernel.update(gr.parse_kernel_log("\n".join(r["message"] for r in k1["records"]), vmid))
-            kernel["source"], kernel["cursor"] = p["kmsg_path"], since
-            kernel_verdict = rk.judge(k1["records"], since, {g["index"]: g.get("pci_bus_id") for g in last["gpus"]},
-                                      container["gpus"])
-            kernel["new_xids"], kernel["old_xids"] = kernel_verdict["new_xids"], kernel_verdict["old_xids"]
-            notes.extend(kernel_verdict["notes"])
-    else:
-        notes.append("kernel log not read (kernel_log=false): new Xid lines not checked")
-    if kernel_verdict["reboot_signals"]:
-        clean = False
-        failing = dict(failing, reasons=list(failing["reasons"]) + kernel_verdict["reboot_signals"])
-    ct_memory = gr.container_memory(vmid, container["init_pid"], "/")
-    shm = gr.shm_leftovers(container["init_pid"], "/")
+    kernel, kernel_evidence = read_kernel(p, kmsg_start)
+    ct_memory = pve.container_memory(vmid, container["init_pid"], "/")
+    shm = procs.shm_leftovers(container["init_pid"], "/")
     if shm:
         notes.append("leftover /dev/shm segments in CT %d: %s" % (vmid, ", ".join(shm[:10])))
-    nvlink = {}
-    if smi and container["gpus"]:
-        rc, out, err, hung = runner.run([smi, "topo", "-m"], 20)
-        nvlink = gr.parse_topo_nvlink(out) if rc == 0 else {}
-        if rc != 0:
-            notes.append("nvidia-smi topo -m unavailable: NVLink peers unknown (GPUs reset individually)")
+    nvlink = read_nvlink(runner, smi, container["gpus"], notes)
 
-    reboot_signals = []
-    if last["nvidia_smi_hung"]:
-        reboot_signals.append("nvidia-smi hung")
-    if last["nvidia_smi_error"] and "exited 15" in last["nvidia_smi_error"]:
-        reboot_signals.append("a GPU has fallen off the bus (nvidia-smi rc 15)")
-    recovery_classes = {g: gate.recovery_action_class(last["recovery_actions"]["actions"].get(g))
-                        for g in container["gpus"]} if last["recovery_actions"].get("supported") \
-        and not last["recovery_actions"].get("error") else {}
-    asks_reboot = sorted(g for g, kind in recovery_classes.items() if kind == "reboot")
-    if asks_reboot:
-        reboot_signals.append("the driver's recovery action for GPU(s) %s is a reboot" % asks_reboot)
-    reboot_signals.extend(kernel_verdict["reboot_signals"])
-    gpu_rows = last_eval["gpus"]
-    excess_no_proc = any((g.get("excess_mib") or 0) > p["gpu_memory_tolerance_mib"] and not any(
-        a.get("owner") == vmid for a in g["compute_apps"]) for g in gpu_rows) and not last["ct_holders"]
-    host_only = (not clean and all(g["clean"] for g in gpu_rows) and not last["ct_holders"] and not stuck
-                 and bool(last_eval["host"]["reasons"]) and not last["nvidia_smi_error"])
-    diag = {
-        "clean": clean,
-        "container_status": container["status"],
-        "service_active": service_active,
-        "ct_holders": last["ct_holders"],
-        "ct_stuck": stuck,
-        "gpu_excess_without_process": excess_no_proc,
-        "host_memory_only": host_only,
-        "reboot_signals": reboot_signals,
-        "recovery_reset": any(kind == "reset" for kind in recovery_classes.values()),
-    }
-    rung, why = gate.choose_rung(diag, p["after_rung"])
-    # Figures nvidia-smi cannot read ([N/A], [Unknown Error]) are Not clean, and when nothing else is wrong no rung
-    # can make them readable: stop and say so instead of stopping the container or resetting GPUs for nothing.
-    only_unreadable = (not clean and bool(failing["reasons"]) and not reboot_signals and not service_active
-                       and not last["ct_holders"] and not stuck
-                       and all(UNREADABLE_REASON in r for r in failing["reasons"]))
-    if only_unreadable:
-        rung, why = gate.RUNG_CLEAN, "nothing a rung can change: %s" % "; ".join(failing["reasons"])
-    # Reasons no rung of this container's ladder can change: a missing baseline, a new Xid that is not a reboot
-    # signal, an unreadable kernel log. They make the verdict Not clean; alone they ask for no rung.
-    unfixable = ([missing_baseline] if missing_baseline else []) + kernel_verdict["reasons"]
-    if clean and unfixable:
-        why = "nothing a rung can change: %s" % "; ".join(unfixable)
-    for e in evaluations:
-        for n in e["notes"]:
-            if n not in notes:
-                notes.append(n)
-    fuse = {}
-    for s in stuck:
-        if s["class"] in ("stuck_fuse",):
-            fuse[s["pid"]] = gr.fuse_connections_of(s["pid"], "/")
-    verdict = "Clean" if clean else "Not clean"
+    judged = gate.judge(samples, baseline, tolerances, baseline_path=baseline_path,
+                        container_status=container["status"], service_state=service.get("active_state"),
+                        kernel=kernel, after_rung=p["after_rung"],
+                        elapsed_s=None if p["rung_started_at"] is None else time.time() - p["rung_started_at"],
+                        stuck_grace_s=p["stuck_grace"], release_grace_s=p["release_grace"])
+
+    for note in judged.notes:
+        if note not in notes:
+            notes.append(note)
+    if kernel is not None and not kernel["error"]:
+        kernel_evidence["new_xids"], kernel_evidence["old_xids"] = judged.kernel["new_xids"], judged.kernel["old_xids"]
+    last, last_eval = samples[-1], judged.evaluations[-1]
+    fuse = {s["pid"]: procs.fuse_connections_of(s["pid"], "/") for s in judged.stuck if s["class"] == "stuck_fuse"}
     evidence = {
         "container": dict(container, memory=ct_memory),
         "service": service,
-        "gpus": gpu_rows,
+        "gpus": last_eval["gpus"],
         "ct_processes": ["%d/%s/%s" % (x["pid"], x["comm"], x["class"]) for x in last["ct_processes"]],
         "ct_holders": [_slim(x) for x in last["ct_holders"]],
-        "ct_stuck": [_slim(x) for x in stuck],
+        "ct_stuck": [_slim(x) for x in judged.stuck],
         "fuse_connections": {str(k): v for k, v in fuse.items()},
         "other_gpu_holders": [_slim(x) for x in last["other_gpu_holders"]],
         "host_memory": last["host_memory"],
         "host_judgement": last_eval["host"],
         "baseline": {"path": baseline_path, "present": baseline is not None,
                      "recorded_at": (baseline or {}).get("recorded_at")},
-        "kernel_log": kernel,
+        "kernel_log": kernel_evidence,
         "shm_leftovers": shm,
         "nvlink_peers": {str(k): v for k, v in nvlink.items()},
         "nvidia_smi_error": last["nvidia_smi_error"],
         "recovery_actions": {str(k): v for k, v in last["recovery_actions"]["actions"].items()},
-        "samples": [{"time": s["time"], "clean": e["clean"], "reasons": e["reasons"]} for s, e in zip(samples, evaluations)],
+        "samples": [{"time": s["time"], "clean": e["clean"], "reasons": e["reasons"]}
+                    for s, e in zip(samples, judged.evaluations)],
     }
-    summary = "%s: CT %d (%s), %s" % (
-        verdict, vmid, container["status"],
-        "; ".join(failing["reasons"]) if not clean else "GPUs %s at baseline with no compute apps, host memory %s" % (
-            container["gpus"], "within tolerance of the baseline" if baseline else "above the no-baseline floor"))
-    reasons = [] if clean else list(failing["reasons"])
-    findings_for_settled = {"reboot_signals": reboot_signals, "recovery_reset": diag["recovery_reset"],
-                            "stuck": len(stuck), "holders": len(last["ct_holders"]),
-                            "gpu_excess_without_process": excess_no_proc, "container_status": container["status"]}
-    if p["rung_started_at"] is not None:
-        settled = gate.settled(rung, findings_for_settled, time.time() - p["rung_started_at"], p["after_rung"],
-                               p["stuck_grace"], p["release_grace"])
-    else:
-        settled = (rung == gate.RUNG_CLEAN, "the gate passes" if rung == gate.RUNG_CLEAN else "not clean")
-    if unfixable:
-        verdict, reasons = "Not clean", reasons + unfixable
-        summary = "%s: CT %d (%s), %s" % (verdict, vmid, container["status"], "; ".join(reasons))
     return {
         "changed": False,
-        "verdict": verdict,
-        "clean": clean and not unfixable,
-        "kernel_cursor": kernel["cursor"],
-        "reasons": reasons,
+        "verdict": judged.verdict,
+        "clean": judged.clean,
+        "kernel_cursor": kernel_evidence["cursor"],
+        "reasons": judged.reasons,
         "notes": notes,
-        "recommended_rung": rung,
-        "recommended_rung_name": gate.RUNG_NAMES[rung],
+        "recommended_rung": judged.rung,
+        "recommended_rung_name": gate.RUNG_NAMES[judged.rung],
         "rung_names": [gate.RUNG_NAMES[r] for r in sorted(gate.RUNG_NAMES)],
-        "rung_reason": why,
-        "summary": summary,
+        "rung_reason": judged.why,
+        "summary": judged.summary,
         "node_time": round(time.time(), 3),
-        "settled": settled[0],
-        "settled_reason": settled[1],
-        "findings": {
-            "container_status": container["status"],
-            "service_active": service_active,
-            "holders": len(last["ct_holders"]),
-            "stuck": len(stuck),
-            "gpu_excess_without_process": excess_no_proc,
-            "host_memory_only": host_only,
-            "reboot_signals": reboot_signals,
-            "recovery_reset": diag["recovery_reset"],
-            "baseline_missing": missing_baseline is not None,
-            "new_xids": [x["xid"] for x in kernel_verdict["new_xids"]],
-            "only_unreadable": only_unreadable,
-        },
+        "settled": judged.settled,
+        "settled_reason": judged.settled_reason,
+        "findings": judged.findings,
         "evidence": evidence,
     }
 

@@ -47,16 +47,16 @@ options:
       - Also list the processes using the GPUs (C(--query-compute-apps)).
     type: bool
     default: true
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
+  - inferops.gpu_inference.attributes.facts
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module never changes anything.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 notes:
   - Values in C(gpus) that C(nvidia-smi) reports as C([N/A]) or C([Not Supported]) are V(null).

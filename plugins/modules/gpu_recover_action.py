@@ -97,12 +97,12 @@ options:
       - V(false) treats it as a client like any other, so the reset of the GPUs it holds is refused.
     type: bool
     default: true
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 seealso:
   - module: inferops.gpu_inference.gpu_diagnose
@@ -184,10 +184,13 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
 
 
 def run_smi(module, smi, args, timeout):
@@ -213,7 +216,7 @@ def ct_init_pid(module, vmid):
     if not pct:
         return None
     rc, out, err = module.run_command([pct, "status", str(vmid), "--verbose"])
-    return gr.parse_pct_status(out)["pid"] if rc == 0 else None
+    return pve.parse_pct_status(out)["pid"] if rc == 0 else None
 
 
 def other_containers_gpus(module, vmid, timeout):
@@ -227,13 +230,13 @@ def other_containers_gpus(module, vmid, timeout):
     if rc != 0:
         return None, "pct list failed (rc %d): %s" % (rc, (err or out).strip())
     found = {}
-    for other, status in sorted(recover_scope.parse_pct_list(out).items()):
+    for other, status in sorted(pve.parse_pct_list(out).items()):
         if other == vmid or status != "running":
             continue
         rc, out, err = module.run_command(pre + [pct, "config", str(other)], environ_update={"LC_ALL": "C"})
         if rc != 0:
             return None, "pct config %d failed (rc %d): %s" % (other, rc, (err or out).strip())
-        found[other] = gr.parse_pct_config_gpus(out)
+        found[other] = pve.parse_pct_config_gpus(out)
     return found, None
 
 
@@ -241,8 +244,8 @@ def alive(refs):
     """Targets (pid, starttime) still present and not zombies."""
     left = []
     for pid, start in refs:
-        st = gr.parse_stat(gr._read("/proc/%d/stat" % pid))
-        if st and st["starttime"] == start and st["state"] not in ("Z", "X"):
+        st = procs.is_alive(pid, start)
+        if st:
             left.append({"pid": pid, "comm": st["comm"], "state": st["state"]})
     return left
 
@@ -260,7 +263,7 @@ def members(plan, procs):
 def replan(vmid, refs, init_pid):
     """The plan again from a fresh process table, for the targets still alive with the same start time
     (a PID reused since the first plan is not one of them), their groups judged anew."""
-    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
+    scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
     left = set(refs)
     targets = [x for x in scan["container"] if (int(x["pid"]), x["starttime"]) in left]
     return rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
@@ -268,21 +271,21 @@ def replan(vmid, refs, init_pid):
 
 def kill_holders(module, vmid, smi, result, term_grace, wait):
     p = module.params
-    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
-    procs = scan["container"]
+    scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
+    mine = scan["container"]
     app_pids = set(compute_app_pids(module, smi, p["command_timeout"]))
-    targets = [x for x in procs if x["holds_nvidia"] or x["pid"] in app_pids]
+    targets = [x for x in mine if x["holds_nvidia"] or x["pid"] in app_pids]
     # Compute apps outside the container are reported, never touched.
-    outside = sorted(app_pids - {x["pid"] for x in procs})
+    outside = sorted(app_pids - {x["pid"] for x in mine})
     for pid in outside:
-        ct = gr.container_of_cgroup(gr._read("/proc/%d/cgroup" % pid))
+        owner = procs.container_of_pid(pid)
         result["refused"].append({"pid": pid, "why": "compute app not in CT %d (%s)" % (
-            vmid, "CT %s" % ct if ct is not None else "host or gone")})
+            vmid, "CT %s" % owner if isinstance(owner, int) else "host or gone")})
     init_pid = ct_init_pid(module, vmid)
     plan = rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
     result["refused"].extend(plan["skipped"])
     refs = members(plan, scan["all"])
-    result["planned"] = {"action": "kill_holders", "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_KILL_HOLDERS], "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
                          "process_groups": plan["groups"], "pids": plan["pids"],
                          "signals": (["SIGTERM", "SIGKILL"] if term_grace > 0 else ["SIGKILL"])}
     if not refs:
@@ -308,13 +311,12 @@ def kill_holders(module, vmid, smi, result, term_grace, wait):
 
 def abort_fuse(module, vmid, result):
     p = module.params
-    scan = gr.scan_processes(vmid, "/", gr.uvm_majors())
-    procs = scan["container"]
-    stuck = [x for x in procs if x["class"] == "stuck_fuse"]
-    shared = gr.host_fuse_devices("/")
+    scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
+    stuck = [x for x in scan["container"] if x["class"] == "stuck_fuse"]
+    shared = procs.host_fuse_devices("/")
     conns = {}
     for x in stuck:
-        for c in gr.fuse_connections_of(x["pid"], "/"):
+        for c in procs.fuse_connections_of(x["pid"], "/"):
             if c["device"] in shared or c["fstype"] == "fuse.lxcfs":
                 result["refused"].append({"conn": c["conn"], "why": "FUSE connection %s (%s on %s) is shared with the host "
                                           "mount namespace: not aborted" % (c["device"], c["fstype"], c["mount_point"])})
@@ -354,7 +356,7 @@ def unblock_stuck(module, vmid, smi, result):
     abort_fuse(module, vmid, result)
     planned, remaining = result["planned"], result["remaining"]
     kill_holders(module, vmid, smi, result, 0, module.params["wait"])
-    result["planned"] = {"action": "unblock_stuck", "abort_fuse": planned, "kill_holders": result["planned"]}
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_UNBLOCK_STUCK], "abort_fuse": planned, "kill_holders": result["planned"]}
     result["remaining"] = remaining + [r for r in result["remaining"] if r not in remaining]
 
 
@@ -378,7 +380,7 @@ def pct_command(module, args, timeout, result, changed=True):
 
 def container_running(module, vmid, result):
     rc, out, err = pct_command(module, ["status", vmid], 30, result, changed=False)
-    return rc == 0 and gr.parse_pct_status(out)["status"] == "running"
+    return rc == 0 and pve.parse_pct_status(out)["status"] == "running"
 
 
 def disable_service(module, vmid, result):
@@ -397,7 +399,7 @@ def stop_service(module, vmid, result):
     p = module.params
     if not p["service"]:
         module.fail_json(msg="action=stop_service needs service (the systemd unit inside the container)", **result)
-    result["planned"] = {"action": "stop_service", "command": "pct exec %d -- systemctl disable --now %s" % (vmid, p["service"])}
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_STOP_SERVICE], "command": "pct exec %d -- systemctl disable --now %s" % (vmid, p["service"])}
     if module.check_mode:
         result["changed"] = True
         return
@@ -408,7 +410,7 @@ def stop_container(module, vmid, result):
     p = module.params
     running = container_running(module, vmid, result)
     result["container_was_running"] = running
-    result["planned"] = {"action": "stop_container", "running": running,
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_STOP_CONTAINER], "running": running,
                          "commands": ["pct shutdown %d --timeout %d --forceStop 1" % (vmid, p["container_shutdown_timeout"]),
                                       "pct stop %d (if it still runs)" % vmid] if running else [],
                          "disable_service_first": p["service"] if running else None}
@@ -434,10 +436,10 @@ def reset_gpus(module, vmid, smi, result):
         module.fail_json(msg="nvidia-smi --query-gpu failed (rc %d): %s" % (rc, (err or out).strip()), **result)
     rows = {g["index"]: g for g in gpu_facts.parse_gpu_csv(out)}
     topo_rc, out, err = run_smi(module, smi, ["topo", "-m"], t)
-    peers = gr.parse_topo_nvlink(out) if topo_rc == 0 else {}
+    peers = recover_smi.parse_topo_nvlink(out) if topo_rc == 0 else {}
     wanted = sorted(set(p["gpus"] or []))
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
-    holders = gr.scan_processes(vmid, "/", gr.uvm_majors())["nvidia_holders"]
+    holders = procs.scan_processes(vmid, "/", procs.uvm_majors())["nvidia_holders"]
     # Host daemons that hold every GPU (nvidia-persistenced) are stopped for the reset and started again; every
     # other holder is a client that blocks the reset of its GPUs (recover_daemons).
     split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"])
@@ -458,7 +460,7 @@ def reset_gpus(module, vmid, smi, result):
     for g in wanted:
         if g in done:
             continue
-        group = gr.nvlink_closure([g], peers)
+        group = recover_smi.nvlink_closure([g], peers)
         done |= set(group)
         groups.append(group)
     # Never a GPU another running container has as devN (docs/recover.md, "Scope"): unknown is refused too.
@@ -486,7 +488,7 @@ def reset_gpus(module, vmid, smi, result):
     daemons = [d for d in daemons if set(d["gpus"]) & planned_gpus]
     for d in daemons:
         d["argv"] = rd.parse_cmdline(_read_bytes("/proc/%d/cmdline" % d["pid"]))
-    result["planned"] = {"action": "reset_gpus", "nvlink_peers": {str(k): v for k, v in peers.items()},
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], "nvlink_peers": {str(k): v for k, v in peers.items()},
                          "nvlink_known": topo_rc == 0, "groups": plan,
                          "stop_host_daemons": [rd.describe(d) for d in daemons]}
     if module.check_mode or not plan:
@@ -514,8 +516,7 @@ def _read_bytes(path):
 
 
 def _same_process(pid, starttime):
-    st = gr.parse_stat(gr._read("/proc/%d/stat" % pid))
-    return st is not None and st["state"] not in ("Z", "X") and (starttime is None or st["starttime"] == starttime)
+    return procs.is_alive(pid, starttime) is not None
 
 
 def stop_daemon(module, d):
@@ -547,7 +548,7 @@ def start_daemon(module, d):
         return
 
     def holding():
-        for h in gr.scan_processes(-1, "/", gr.uvm_majors())["nvidia_holders"]:
+        for h in procs.scan_processes(-1, "/", procs.uvm_majors())["nvidia_holders"]:
             if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and set(d["gpus"]) <= set(h["gpu_fds"]):
                 return h["pid"]
         return None
@@ -581,12 +582,38 @@ def reset_groups(module, smi, plan, result, t):
         result["reset"].append(entry)
 
 
+def rung_kill_holders(module, vmid, smi, result):
+    disable_service(module, vmid, result)
+    kill_holders(module, vmid, smi, result, module.params["term_grace"], module.params["wait"])
+    result["planned"]["disable_service_first"] = module.params["service"]
+
+
+def rung_reset_gpus(module, vmid, smi, result):
+    try:
+        reset_gpus(module, vmid, smi, result)
+    except DaemonError as exc:
+        module.fail_json(msg=str(exc), **result)
+    unstarted = [d for d in result.get("daemons", []) if d.get("stopped") and not d.get("restarted")]
+    if unstarted:
+        module.fail_json(msg="%s could not be started again after the reset: %s; start it by hand" % (
+            ", ".join(d["name"] for d in unstarted), "; ".join(d.get("error") or "" for d in unstarted)), **result)
+
+
+# What each acting rung of recover_gate does (its option action is the rung's name, gate.RUNG_NAMES).
+RUNG_ACTIONS = {
+    gate.RUNG_STOP_SERVICE: lambda module, vmid, smi, result: stop_service(module, vmid, result),
+    gate.RUNG_KILL_HOLDERS: rung_kill_holders,
+    gate.RUNG_UNBLOCK_STUCK: unblock_stuck,
+    gate.RUNG_STOP_CONTAINER: lambda module, vmid, smi, result: stop_container(module, vmid, result),
+    gate.RUNG_RESET_GPUS: rung_reset_gpus,
+}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             vmid=dict(type="int", required=True),
-            action=dict(type="str", required=True,
-                        choices=["stop_service", "kill_holders", "unblock_stuck", "stop_container", "reset_gpus"]),
+            action=dict(type="str", required=True, choices=list(gate.ACTION_NAMES)),
             service=dict(type="str"),
             service_stop_timeout=dict(type="int", default=90),
             stuck_timeout=dict(type="int", default=60),
@@ -599,7 +626,7 @@ def main():
             nvidia_smi_path=dict(type="path"),
             stop_host_daemons=dict(type="bool", default=True),
         ),
-        required_if=[("action", "reset_gpus", ("gpus",))],
+        required_if=[("action", gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], ("gpus",))],
         supports_check_mode=True,
     )
     vmid = module.params["vmid"]
@@ -609,29 +636,11 @@ def main():
     result = {"changed": False, "planned": {}, "signalled": [], "aborted": [], "refused": [], "remaining": [],
               "reset": [], "commands": [], "started_at": time.time()}
     start = time.monotonic()
-    action = module.params["action"]
-    if action == "stop_service":
-        stop_service(module, vmid, result)
-    elif action == "kill_holders":
-        disable_service(module, vmid, result)
-        kill_holders(module, vmid, smi, result, module.params["term_grace"], module.params["wait"])
-        result["planned"]["disable_service_first"] = module.params["service"]
-    elif action == "unblock_stuck":
-        unblock_stuck(module, vmid, smi, result)
-    elif action == "stop_container":
-        stop_container(module, vmid, result)
-    else:
-        try:
-            reset_gpus(module, vmid, smi, result)
-        except DaemonError as exc:
-            module.fail_json(msg=str(exc), **result)
-        unstarted = [d for d in result.get("daemons", []) if d.get("stopped") and not d.get("restarted")]
-        if unstarted:
-            module.fail_json(msg="%s could not be started again after the reset: %s; start it by hand" % (
-                ", ".join(d["name"] for d in unstarted), "; ".join(d.get("error") or "" for d in unstarted)), **result)
+    rung = gate.RUNG_OF_ACTION[module.params["action"]]
+    RUNG_ACTIONS[rung](module, vmid, smi, result)
     result["seconds"] = round(time.monotonic() - start, 2)
     result["ended_at"] = time.time()
-    if action == "reset_gpus" and any(not r.get("ok") for r in result["reset"]):
+    if rung == gate.RUNG_RESET_GPUS and any(not r.get("ok") for r in result["reset"]):
         module.fail_json(msg="GPU reset failed: %s" % "; ".join(r.get("out", "") for r in result["reset"] if not r.get("ok")),
                          **result)
     module.exit_json(**result)

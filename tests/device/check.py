@@ -2,7 +2,7 @@
 """Self-checking device test of the recovery logic on a real NVIDIA GPU (see README.md). Never resets or
 reconfigures the GPU: only nvidia-smi queries, a driver-API holder process, and signals to that holder.
 
-Uses the collection's stdlib-only module_utils directly (gpu_facts, gpu_recovery, recover_signals), and, when ansible is
+Uses the collection's stdlib-only module_utils directly (gpu_facts, procfs, recover_procs, recover_signals), and, when ansible is
 installed, the modules gpu_host_facts and gpu_recover_action through a local connection.
 """
 import json
@@ -15,10 +15,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import gpu_facts  # noqa: E402
-import gpu_recovery as gr  # noqa: E402
-import recover_signals as rsig  # noqa: E402
+# run.sh links the checkout as .collections/ansible_collections/inferops/gpu_inference (module_utils import each
+# other by that name).
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import procfs  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as rp  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig  # noqa: E402
 
 VMID = int(os.environ.get("DEVICE_TEST_VMID", "9999"))
 MIB = int(os.environ.get("DEVICE_TEST_MIB", "2048"))
@@ -95,15 +98,15 @@ def main():
     apps = gpu_facts.parse_compute_apps_csv(smi(*gpu_facts.compute_apps_query_args("x")[1:]).stdout)
     ok("nvidia-smi lists the holder (host PID)", any(a["pid"] == holder.pid for a in apps),
        "apps %s (an empty list means nvidia-smi runs in another PID namespace)" % [a["pid"] for a in apps])
-    proc = gr.read_process(holder.pid, "/", gr.parse_proc_devices(gr._read("/proc/devices")))
+    proc = rp.read_process(holder.pid, "/", rp.parse_proc_devices(procfs.read_text("/proc/devices")))
     ok("fd scan sees /dev/nvidia* open", proc and proc["holds_nvidia"], json.dumps(proc and proc["nvidia_fd_kinds"]))
 
     # 2. scoped kill rung: SIGTERM (ignored by the holder) then SIGKILL, by process group, only in the "container"
     cg = move_to_fake_container(holder.pid)
-    proc = gr.read_process(holder.pid, "/")
+    proc = rp.read_process(holder.pid, "/")
     if cg:
         ok("cgroup maps the holder to the container", proc["vmid"] == VMID, str(proc["cgroup"]))
-    procs = [p for p in (gr.read_process(x, "/") for x in gr.list_pids("/")) if p]
+    procs = [p for p in (rp.read_process(x, "/") for x in rp.list_pids("/")) if p]
     target = dict(proc, vmid=VMID)  # without a writable cgroupfs: scope by our own decision, logic unchanged
     plan = rsig.pids_to_signal([target], [dict(p, vmid=VMID) if p["pgid"] == proc["pgid"] else p for p in procs], VMID, None)
     ok("plan is the holder's own process group", plan["groups"] == [proc["pgid"]] and not plan["skipped"], str(plan))

@@ -12,14 +12,6 @@ DECLARED = [
     {"host": "broken", "vmid": None, "node_host": "pve1"},
 ]
 
-# pct list as PVE 8 prints it (API2/LXC.pm vmlist through the CLI formatter).
-PCT_LIST = """\
-VMID       Status     Lock         Name
-129        running                 sglang-129
-130        running                 bystander
-131        stopped    backup       other
-"""
-
 
 def test_declared_on_node_only_this_node():
     assert rs.declared_on_node(DECLARED, "pve1") == {129: "ct129"}
@@ -64,11 +56,6 @@ def test_failed_pct_config_is_refused_not_an_empty_gpu_list():
         rs.container_gpus(129, 2, [], "CT is locked (backup)\n", [0, 1], "/b/129.json")
     assert "pct config 129 failed (CT is locked (backup))" in str(exc.value)
     assert "unknown is not clean" in str(exc.value)
-
-
-def test_parse_pct_list():
-    assert rs.parse_pct_list(PCT_LIST) == {129: "running", 130: "running", 131: "stopped"}
-    assert rs.parse_pct_list("") == {}
 
 
 def test_reset_conflicts_refuse_a_group_with_another_containers_gpu():

@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_baseline
 
 GPU_CSV = ("0, NVIDIA H100, 81559, {used0}, GPU-0, 00000000:18:00.0, 580.95.05, Enabled\n"
@@ -31,7 +31,7 @@ def run(monkeypatch, capsys, tmp_path, states, check=False, wait=0):
         return 0, GPU_CSV.format(used0=used0), ""
 
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(gr, "_read", lambda path: "0::/lxc/129/ns/system.slice/sglang.service\n"
+    monkeypatch.setattr(procs, "read_text", lambda path: "0::/lxc/129/ns/system.slice/sglang.service\n"
                         if path == "/proc/4242/cgroup" else None)
     monkeypatch.setattr(gpu_baseline.time, "sleep", lambda s: None)
     with patch_module_args({"vmid": 129, "gpus": [0, 1], "baseline_dir": str(tmp_path), "container_memory_mib": 14336,

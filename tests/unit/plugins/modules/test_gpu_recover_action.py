@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import signal
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_recovery as gr
+import yaml
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
 
@@ -25,8 +28,8 @@ class FakeModule:
 def kill_holders(monkeypatch, scans):
     """Run kill_holders on a sequence of host scans; returns (result, [(plan, signal)])."""
     sent, scans = [], list(scans)
-    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: scans.pop(0) if len(scans) > 1 else scans[0])
-    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: scans.pop(0) if len(scans) > 1 else scans[0])
+    monkeypatch.setattr(procs, "uvm_majors", lambda: [])
     monkeypatch.setattr(rsig, "wait_until", lambda cond, timeout: cond())
     monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: sent.append((plan, sig)) or [])
     monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
@@ -108,9 +111,9 @@ class ResetModule(FakeModule):
 
 def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=()):
     module = ResetModule(other_config)
-    monkeypatch.setattr(gr, "scan_processes", lambda vmid, root, majors: {
+    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: {
         "nvidia_holders": list(after_start if getattr(module, "daemon_started", False) else holders)})
-    monkeypatch.setattr(gr, "uvm_majors", lambda: [])
+    monkeypatch.setattr(procs, "uvm_majors", lambda: [])
     module.params = dict(FakeModule.params, gpus=[0, 1], stop_host_daemons=stop_host_daemons)
     result = {"refused": [], "reset": [], "changed": False}
     action.reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
@@ -237,3 +240,11 @@ def test_stop_container_in_check_mode_only_reads():
     action.stop_container(module, VMID, result)
     assert module.calls == [["status", "129"]]
     assert result["planned"]["running"] and result["planned"]["commands"][0].startswith("pct shutdown 129")
+
+
+def test_the_actions_are_the_acting_rungs_of_the_gate():
+    """One table: the option's choices (documented and accepted) and the dispatch are recover_gate's acting rungs."""
+    doc = yaml.safe_load(action.DOCUMENTATION)
+    assert doc["options"]["action"]["choices"] == list(gate.ACTION_NAMES)
+    assert sorted(action.RUNG_ACTIONS) == sorted(gate.ACTING_RUNGS)
+    assert [gate.RUNG_OF_ACTION[name] for name in gate.ACTION_NAMES] == list(gate.ACTING_RUNGS)

@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What Proxmox VE and systemd say about a container, as the recovery ladder reads them from the node: the texts
+of ``pct status``, ``pct config``, ``pct list`` and ``systemctl show``, and the container's memory cgroup (found
+from its init's /proc/PID/cgroup and the node's cgroup mounts, so no layout is hard-coded).
+
+No Ansible imports; read-only. Unit-tested in tests/unit/plugins/module_utils/test_recover_pve.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping, Optional
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import ParseError, parse_cgroup_memory_value
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import (
+    cgroup_path_of, join_root, parse_proc_cgroup, read_text)
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import parse_mountinfo
+
+
+# --------------------------------------------------------------------------- pct and systemctl
+
+
+def parse_pct_status(text: Optional[str]) -> dict[str, Any]:
+    """``pct status <vmid> --verbose`` (or without --verbose): status and init pid."""
+    result: dict[str, Any] = {"status": None, "pid": None}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "status":
+            result["status"] = value
+        elif key == "pid" and value.isdigit():
+            result["pid"] = int(value)
+    return result
+
+
+_DEV_GPU_RE = re.compile(r"(?:^|[=,\s])/dev/nvidia(\d+)(?:[,\s]|$)")
+
+
+def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
+    """GPU indexes passed to a container: ``devN: /dev/nvidiaX[,opts]`` or ``path=/dev/nvidiaX`` entries,
+    and raw ``lxc.mount.entry: /dev/nvidiaX ...`` lines (the pre-devN way). Snapshot sections are ignored."""
+    gpus: set[int] = set()
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            break  # a snapshot or [pending] section: not the current config
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if re.fullmatch(r"dev\d+", key) or key == "lxc.mount.entry":
+            for match in _DEV_GPU_RE.finditer(" " + value.strip() + " "):
+                gpus.add(int(match.group(1)))
+    return sorted(gpus)
+
+
+_LIST_ROW = re.compile(r"^\s*(\d+)\s+(\S+)(?:\s|$)")
+
+
+def parse_pct_list(text: Optional[str]) -> dict[int, str]:
+    """{VMID: status} from ``pct list`` (VMID Status Lock Name; the header and blank lines skipped)."""
+    rows: dict[int, str] = {}
+    for line in (text or "").splitlines():
+        match = _LIST_ROW.match(line)
+        if match:
+            rows[int(match.group(1))] = match.group(2)
+    return rows
+
+
+def parse_systemctl_show(text: Optional[str]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            result[key.strip()] = value.strip()
+    return result
+
+
+# --------------------------------------------------------------------------- the container's memory cgroup
+
+
+def cgroup_mounts(root: str = "/") -> dict[str, str]:
+    """{"" : v2 mount point, "memory": v1 memory mount point, ...} from /proc/self/mountinfo."""
+    mounts: dict[str, str] = {}
+    for m in parse_mountinfo(read_text(join_root(root, "/proc/self/mountinfo"))):
+        if m["fstype"] == "cgroup2":
+            mounts.setdefault("", m["mount_point"])
+        elif m["fstype"] == "cgroup":
+            for opt in m["super_options"].split(","):
+                if opt in ("memory", "pids", "cpu", "cpuacct", "devices", "freezer") or opt.startswith("name="):
+                    mounts.setdefault(opt, m["mount_point"])
+    return mounts
+
+
+def container_cgroup_dir(init_cgroup: Mapping[str, str], vmid: int, controller: str) -> Optional[str]:
+    """The container's top cgroup path (``/lxc/<vmid>`` on PVE, ``/lxc.payload.<vmid>`` on plain LXC) in one
+    hierarchy, cut from the init's cgroup path (so no layout is hard-coded)."""
+    path = cgroup_path_of(init_cgroup, controller)
+    parts = (path or "").split("/")
+    for i, part in enumerate(parts):
+        if part == "lxc.payload.%d" % vmid or (part == str(vmid) and i > 0 and parts[i - 1] in ("lxc", "lxc.payload")):
+            return "/".join(parts[: i + 1]) or "/"
+    return None
+
+
+def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dict[str, Any]:
+    """Memory limit, usage and OOM-kill count of the container's cgroup (v2 or v1), None when stopped."""
+    result: dict[str, Any] = {"cgroup_version": None, "path": None, "memory_limit_bytes": None,
+                              "memory_usage_bytes": None, "oom_kills": None}
+    if not init_pid:
+        return result
+    cg = parse_proc_cgroup(read_text(join_root(root, "/proc/%d/cgroup" % init_pid)))
+    mounts = cgroup_mounts(root)
+
+    def num(text: Optional[str]) -> Optional[int]:
+        try:
+            return parse_cgroup_memory_value(text)
+        except ParseError:
+            return None
+
+    # (version, controller, limit file, usage file, file with the oom_kill counter); v2 first, as on PVE 7+
+    layouts = ((2, "", "memory.max", "memory.current", "memory.events"),
+               (1, "memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.oom_control"))
+    for version, controller, limit_file, usage_file, events_file in layouts:
+        path = container_cgroup_dir(cg, vmid, controller)
+        if not path or controller not in mounts:
+            continue
+        d = join_root(root, mounts[controller] + path)
+        if not os.path.exists(d + "/" + limit_file):
+            continue
+        m = re.search(r"^oom_kill (\d+)", read_text(d + "/" + events_file) or "", re.M)
+        result.update(cgroup_version=version, path=path, memory_limit_bytes=num(read_text(d + "/" + limit_file)),
+                      memory_usage_bytes=num(read_text(d + "/" + usage_file)), oom_kills=int(m.group(1)) if m else None)
+        break
+    return result

@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import procfs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.fake_node import fake_proc
+
+# /proc/PID/cgroup of a scheduler rank in CT 129 on a PVE 8 host (pure cgroup v2).
+CG_V2 = "0::/lxc/129/ns/system.slice/sglang.service\n"
+# The same on the lab's cgroup v1 hybrid host.
+CG_HYBRID = """\
+9:name=systemd:/lxc/131/ns/system.slice/sglang.service
+4:memory:/lxc/131/ns/system.slice/sglang.service
+1:cpu:/lxc/131/ns
+0::/lxc/131/ns/system.slice/sglang.service
+"""
+CG_PAYLOAD = "0::/lxc.payload.140/system.slice/x.service\n"
+CG_HOST = "0::/system.slice/nvidia-persistenced.service\n"
+CG_MONITOR = "0::/lxc.monitor/129\n"
+CG_V1_ONLY = "4:memory:/lxc/133/ns\n3:pids:/lxc/133/ns/init.scope\n"
+
+FUSE_STACK = """\
+[<0>] request_wait_answer+0x12e/0x240 [fuse]
+[<0>] fuse_simple_request+0x19c/0x2e0 [fuse]
+[<0>] fuse_do_readpage+0x11e/0x1a0 [fuse]
+"""
+NVIDIA_STACK = """\
+[<0>] uvm_spin_loop+0x4e/0x80 [nvidia_uvm]
+[<0>] uvm_gpu_release+0x22/0x50 [nvidia_uvm]
+"""
+
+
+@pytest.mark.parametrize(
+    "text,vmid",
+    [(CG_V2, 129), (CG_HYBRID, 131), (CG_PAYLOAD, 140), (CG_HOST, None), (CG_MONITOR, None), (CG_V1_ONLY, 133),
+     ("", None), (None, None), ("0::/lxc/1290/ns\n", 1290), ("0::/mylxc/129\n", None)],
+)
+def test_container_of_cgroup(text, vmid):
+    assert procs.container_of_cgroup(text) == vmid
+
+
+def test_container_of_cgroup_conflicting_lines_is_none():
+    assert procs.container_of_cgroup("4:memory:/lxc/129/ns\n0::/lxc/130/ns\n") is None
+
+
+def test_parse_stat_with_spaces_and_parens_in_comm():
+    text = "4242 (sglang::sch (x) y) D 1 4200 4200 0 -1 4194304 1 0 0 0 9 0 0 0 20 0 1 0 136055 2409 4256"
+    st = procs.parse_stat(text)
+    assert st == {"pid": 4242, "comm": "sglang::sch (x) y", "state": "D", "ppid": 1, "pgid": 4200, "sid": 4200,
+                  "starttime": 136055}
+    assert procs.parse_stat("garbage") is None
+
+
+def test_parse_nspid():
+    assert procs.parse_nspid("Name:\tx\nNSpid:\t17502\t139\n") == [17502, 139]
+    assert procs.parse_nspid("Name:\tx\n") == []
+
+
+@pytest.mark.parametrize(
+    "state,tasks,wchan,stack,expected",
+    [
+        ("S", [], None, None, "running"),
+        ("Z", [], None, None, "zombie"),
+        ("Z", ["S", "D"], "request_wait_answer", FUSE_STACK, "stuck_fuse"),
+        ("Z", ["S"], None, None, "zombie_with_threads"),
+        ("D", [], "request_wait_answer", None, "stuck_fuse"),
+        ("D", [], "0", FUSE_STACK, "stuck_fuse"),
+        ("D", [], "uvm_spin_loop", NVIDIA_STACK, "stuck_nvidia"),
+        ("D", [], "os_acquire_mutex", "[<0>] os_acquire_mutex+0x1/0x2 [nvidia]", "stuck_nvidia"),
+        ("D", [], "rpc_wait_bit_killable", "[<0>] nfs_wait_on_request+0x1", "stuck_nfs"),
+        ("D", [], "io_schedule", "[<0>] io_schedule+0x12/0x40", "stuck_unknown"),
+        ("S", ["D"], "request_wait_answer", None, "stuck_fuse"),
+    ],
+)
+def test_classify_process(state, tasks, wchan, stack, expected):
+    assert procs.classify_process(state, tasks, wchan, stack) == expected
+
+
+def test_parse_mountinfo_and_fdinfo():
+    mi = ("135 130 0:82 / /run/lab-stuckfs rw,nosuid - fuse.lab-stuckfs lab-stuckfs rw,user_id=0\n"
+          "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n")
+    mounts = procs.parse_mountinfo(mi)
+    assert mounts[0] == {"mount_id": 135, "major": 0, "minor": 82, "mount_point": "/run/lab-stuckfs",
+                         "fstype": "fuse.lab-stuckfs", "source": "lab-stuckfs", "super_options": "rw,user_id=0"}
+    assert procs.parse_fdinfo_mnt_id("pos:\t0\nflags:\t0100000\nmnt_id:\t135\nino:\t2\n") == 135
+    assert procs.parse_fdinfo_mnt_id("pos: 0\n") is None
+
+
+def test_fuse_connections_of_uses_fdinfo_mount_ids(tmp_path):
+    fake_proc(tmp_path, 77, {
+        "mountinfo": "135 130 0:82 / /run/lab-stuckfs rw - fuse.lab-stuckfs lab-stuckfs rw\n"
+                     "43 27 0:41 / /proc/meminfo rw - fuse.lxcfs lxcfs rw\n30 1 8:1 / / rw - ext4 /dev/sda1 rw\n",
+        "fdinfo/3": "pos:\t0\nmnt_id:\t135\n",
+        "fdinfo/4": "pos:\t0\nmnt_id:\t30\n",
+    })
+    conns = procs.fuse_connections_of(77, str(tmp_path))
+    assert [c["conn"] for c in conns] == [82]
+    assert conns[0]["fstype"] == "fuse.lab-stuckfs"
+    fake_proc(tmp_path, 1, {"mountinfo": "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n"})
+    assert procs.host_fuse_devices(str(tmp_path)) == {"0:41"}
+
+
+def test_parse_proc_devices():
+    text = "Character devices:\n  1 mem\n195 nvidia-frontend\n510 nvidia-uvm\n511 nvidia-caps\nBlock devices:\n  8 sd\n"
+    assert procs.parse_proc_devices(text) == [510, 511]
+    assert procs.nvidia_device_kind(195, 6, [510]) == "gpu"
+    assert procs.nvidia_device_kind(195, 255, [510]) == "ctl"
+    assert procs.nvidia_device_kind(510, 0, [510]) == "uvm"
+    assert procs.nvidia_device_kind(1, 3, [510]) is None
+
+
+def test_read_process(tmp_path):
+    root = str(tmp_path)
+    fake_proc(tmp_path, 4242, {
+        "stat": "4242 (sglang::schedul) D 1 4200 4200 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 1 1",
+        "cgroup": CG_HYBRID, "status": "NSpid:\t4242\t139\n", "wchan": "request_wait_answer",
+        "stack": FUSE_STACK,
+    })
+    (tmp_path / "proc/4242/fd").mkdir()
+    os.symlink("/dev/nvidia6", tmp_path / "proc/4242/fd/7")
+    os.symlink("/run/lab-stuckfs/blob", tmp_path / "proc/4242/fd/8")
+    seen = []
+
+    class St:
+        st_rdev = os.makedev(195, 6)
+
+    def fake_stat(path):
+        seen.append(path)
+        return St()
+
+    proc = procs.read_process(4242, root, [510], stat_fn=fake_stat)
+    assert proc["vmid"] == 131 and proc["class"] == "stuck_fuse" and proc["gpu_fds"] == [6]
+    assert seen == [os.path.join(root, "proc/4242/fd/7")]  # the FUSE file is never stat'ed
+    assert procs.read_process(999, root) is None
+
+
+def test_shm_leftovers(tmp_path):
+    shm = tmp_path / "proc/17074/root/dev/shm"
+    shm.mkdir(parents=True)
+    for n in ("nccl-abc", "psm_1", "keep.me", "sgl_x"):
+        (shm / n).write_text("")
+    assert procs.shm_leftovers(17074, str(tmp_path)) == ["nccl-abc", "psm_1", "sgl_x"]
+    assert procs.shm_leftovers(None, str(tmp_path)) == []
+
+
+# --------------------------------------------------------------------------- one /proc/PID/cgroup parser
+
+def test_parse_proc_cgroup_and_the_hierarchy_of_a_controller():
+    cg = procfs.parse_proc_cgroup(CG_HYBRID)
+    assert cg == {"name=systemd": "/lxc/131/ns/system.slice/sglang.service",
+                  "memory": "/lxc/131/ns/system.slice/sglang.service", "cpu": "/lxc/131/ns",
+                  "": "/lxc/131/ns/system.slice/sglang.service"}
+    assert procfs.cgroup_path_of(cg, "") == "/lxc/131/ns/system.slice/sglang.service"
+    assert procfs.cgroup_path_of(procfs.parse_proc_cgroup("3:cpu,cpuacct:/a\n"), "cpuacct") == "/a"
+    assert procfs.cgroup_path_of(cg, "pids") is None
+    assert procfs.parse_proc_cgroup(None) == {} and procfs.parse_proc_cgroup("garbage\n") == {}
+
+
+def test_container_of_pid(tmp_path):
+    fake_proc(tmp_path, 10, {"cgroup": CG_V2})
+    fake_proc(tmp_path, 11, {"cgroup": CG_HOST})
+    root = str(tmp_path)
+    assert procs.container_of_pid(10, root) == 129
+    assert procs.container_of_pid(11, root) == "host"
+    assert procs.container_of_pid(12, root) == "gone"
+
+
+def test_read_stat_and_is_alive(tmp_path):
+    fake_proc(tmp_path, 20, {"stat": "20 (python3) S 1 20 20 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 1 1"})
+    fake_proc(tmp_path, 21, {"stat": "21 (python3) Z 1 21 21 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 778 1 1"})
+    root = str(tmp_path)
+    assert procs.read_stat(20, root)["starttime"] == 777
+    assert procs.is_alive(20, 777, root)["comm"] == "python3"
+    assert procs.is_alive(20, None, root) is not None
+    assert procs.is_alive(20, 778, root) is None  # the PID was reused
+    assert procs.is_alive(21, 778, root) is None  # a zombie
+    assert procs.read_stat(22, root) is None and procs.is_alive(22, None, root) is None

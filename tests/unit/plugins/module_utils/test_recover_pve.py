@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.fake_node import fake_proc, v2_container
+
+
+def test_parse_pct_config_gpus():
+    conf = """\
+#recover dev CT
+arch: amd64
+dev0: /dev/nvidia6
+dev1: path=/dev/nvidia7,mode=0666
+dev2: /dev/nvidiactl
+dev3: /dev/nvidia-uvm
+lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file
+memory: 4096
+
+[snap1]
+dev0: /dev/nvidia0
+"""
+    assert pve.parse_pct_config_gpus(conf) == [3, 6, 7]
+    assert pve.parse_pct_config_gpus("") == []
+
+
+def test_parse_pct_status():
+    assert pve.parse_pct_status("status: running\npid: 17074\nname: x\n") == {"status": "running", "pid": 17074}
+    assert pve.parse_pct_status("status: stopped\n") == {"status": "stopped", "pid": None}
+
+
+def test_parse_systemctl_show():
+    text = "ActiveState=active\nSubState=running\nMainPID=4242\nExecStart={ path=/x ; argv[]=/x --a=b }\n\n"
+    assert pve.parse_systemctl_show(text) == {"ActiveState": "active", "SubState": "running", "MainPID": "4242",
+                                              "ExecStart": "{ path=/x ; argv[]=/x --a=b }"}
+    assert pve.parse_systemctl_show(None) == {}
+
+
+# pct list as PVE 8 prints it (API2/LXC.pm vmlist through the CLI formatter).
+PCT_LIST = """\
+VMID       Status     Lock         Name
+129        running                 sglang-129
+130        running                 bystander
+131        stopped    backup       other
+"""
+
+
+def test_parse_pct_list():
+    assert pve.parse_pct_list(PCT_LIST) == {129: "running", 130: "running", 131: "stopped"}
+    assert pve.parse_pct_list("") == {}
+
+
+def test_container_memory_hybrid(tmp_path):
+    root = str(tmp_path)
+    # container memory on a hybrid host: the memory hierarchy, cut at lxc/131
+    fake_proc(tmp_path, 17074, {"cgroup": "4:memory:/lxc/131/ns/init.scope\n0::/lxc/131/ns/init.scope\n"})
+    fake_proc(tmp_path, "self", {"mountinfo": "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"})
+    mem = tmp_path / "sys/fs/cgroup/memory/lxc/131"
+    mem.mkdir(parents=True)
+    (mem / "memory.limit_in_bytes").write_text("4294967296\n")
+    (mem / "memory.usage_in_bytes").write_text("80162816\n")
+    (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    got = pve.container_memory(131, 17074, root)
+    assert got == {"cgroup_version": 1, "path": "/lxc/131", "memory_limit_bytes": 4294967296,
+                   "memory_usage_bytes": 80162816, "oom_kills": 3}
+    assert pve.container_memory(131, None, root)["path"] is None
+
+
+def test_container_memory_v2(tmp_path):
+    root = str(tmp_path)
+    d = v2_container(tmp_path, 2001, 129, {"memory.max": "15032385536\n", "memory.current": "2147483648\n",
+                                           "memory.events": "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n"})
+    expected = {"cgroup_version": 2, "path": "/lxc/129", "memory_limit_bytes": 15032385536,
+                "memory_usage_bytes": 2147483648, "oom_kills": 2}
+    assert pve.container_memory(129, 2001, root) == expected
+    (d / "memory.max").write_text("max\n")
+    assert pve.container_memory(129, 2001, root)["memory_limit_bytes"] is None
+
+
+def test_cgroup_mounts_hybrid(tmp_path):
+    fake_proc(tmp_path, "self", {"mountinfo": (
+        "26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n"
+        "27 25 0:24 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
+        "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        "32 25 0:28 / /sys/fs/cgroup/memory2 rw - cgroup cgroup rw,memory\n"
+        "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n")})
+    assert pve.cgroup_mounts(str(tmp_path)) == {
+        "": "/sys/fs/cgroup/unified", "name=systemd": "/sys/fs/cgroup/systemd", "memory": "/sys/fs/cgroup/memory",
+        "cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"}
+
+
+def test_container_cgroup_dir_v2_and_payload():
+    assert pve.container_cgroup_dir({"": "/lxc/129/ns/system.slice/x.service"}, 129, "") == "/lxc/129"
+    assert pve.container_cgroup_dir({"": "/lxc.payload.140/init.scope"}, 140, "") == "/lxc.payload.140"
+    assert pve.container_cgroup_dir({"": "/system.slice"}, 129, "") is None
+    # a hybrid host: the hierarchy of the controller asked for
+    hybrid = {"name=systemd": "/lxc/131/ns/init.scope", "memory": "/lxc/131/ns", "": "/lxc/131/ns/init.scope"}
+    assert pve.container_cgroup_dir(hybrid, 131, "memory") == "/lxc/131"
+    assert pve.container_cgroup_dir(hybrid, 131, "pids") is None
+
+
+def test_container_memory_of_an_unreadable_usage_is_none(tmp_path):
+    # v1's "unlimited" size is no limit; a usage that is not a number is unknown
+    v2_container(tmp_path, 2001, 129, {"memory.max": "9223372036854771712\n", "memory.current": "lots\n"})
+    got = pve.container_memory(129, 2001, str(tmp_path))
+    assert got["memory_limit_bytes"] is None and got["memory_usage_bytes"] is None and got["oom_kills"] is None
