@@ -38,8 +38,9 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import hicache  # noqa: E402  (the collection's pure-Python sizing model, no Ansible imports)
+sys.path.insert(0, os.path.join(ROOT, ".collections"))  # make setup links this checkout there as the collection
+# The collection's pure-Python sizing model (no Ansible imports).
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, hicache_pools, sizing_values  # noqa: E402
 
 VMID = 129
 PACKAGES = "/var/lib/inferops-lab/packages"
@@ -302,7 +303,7 @@ def plan_input(c: dict, mi: dict, limit: int, gpu_mib: int, baseline: int) -> di
     """The plan's facts as gpu_host_facts reads them in the container, and the process overheads as docs/sizing.md
     asks an operator to set them: measured (here the container's memory without the pools, split over its
     processes, plus a quarter)."""
-    ranks = hicache.engine_ranks_per_host(c["tp"], c["pp"], c["dp"], c["dp_attention"], c["nnodes"]) * c["engines"]
+    ranks = hicache_pools.engine_ranks_per_host(c["tp"], c["pp"], c["dp"], c["dp_attention"], c["nnodes"]) * c["engines"]
     per_process = max(baseline * 5 // 4 // (ranks + c["engines"]), 32 * 1024 ** 2)
     policy = dict(POLICY, rank_overhead_bytes=per_process, frontend_overhead_bytes=per_process * c["engines"])
     return dict(policy, sglang_version=c["version"], mem_total_bytes=mi["MemTotal"], mem_available_bytes=mi["MemAvailable"],
@@ -421,13 +422,13 @@ def explain_plan(c: dict, res: dict, plan: dict) -> str | None:
     h = plan["per_rank_gb"]
     if vt(c["version"]) <= (0, 5, 4) and h:
         return ("power-of-two pinning (<= 0.5.4): %d GB per rank pins %s, so %d GB would pin twice as much and %d x that "
-                "does not fit %s" % (h, hicache.fmt_gib(plan["pinned_per_rank_bytes"]), h + 1, ranks,
-                                     hicache.fmt_gb(plan["budget_bytes"])))
+                "does not fit %s" % (h, sizing_values.fmt_gib(plan["pinned_per_rank_bytes"]), h + 1, ranks,
+                                     sizing_values.fmt_gb(plan["budget_bytes"])))
     per_rank_budget = plan["budget_bytes"] / max(ranks, 1) / 1e9
     return ("whole GB per rank: the plan's budget %s over %d ranks is %.2f GB each, so %d GB per rank (%s in all); %d GB "
             "would not fit. The plan also keeps %s for %d processes where %s was measured"
-            % (hicache.fmt_gb(plan["budget_bytes"]), ranks, per_rank_budget, h, hicache.fmt_gb(h * ranks * 10 ** 9), h + 1,
-               hicache.fmt_gb(plan["overhead_bytes"]), ranks + 1, hicache.fmt_gb(res["baseline_used_bytes"])))
+            % (sizing_values.fmt_gb(plan["budget_bytes"]), ranks, per_rank_budget, h, sizing_values.fmt_gb(h * ranks * 10 ** 9), h + 1,
+               sizing_values.fmt_gb(plan["overhead_bytes"]), ranks + 1, sizing_values.fmt_gb(res["baseline_used_bytes"])))
 
 
 def best_whole_gb_bytes(r: dict) -> int | None:
@@ -437,7 +438,7 @@ def best_whole_gb_bytes(r: dict) -> int | None:
     usable = r["usable_budget_bytes"]
     best = 0
     for h in range(1, 1000):
-        per_rank = hicache.pow2_ceil(h * 10 ** 9) if vt(r["config"]["version"]) <= (0, 5, 4) else h * 10 ** 9
+        per_rank = hicache_pools.pow2_ceil(h * 10 ** 9) if vt(r["config"]["version"]) <= (0, 5, 4) else h * 10 ** 9
         if per_rank * ranks > usable:
             break
         best = per_rank * ranks

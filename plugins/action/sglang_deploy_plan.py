@@ -3,14 +3,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin behind inferops.gpu_inference.sglang_deploy_plan (documentation: plugins/modules/sglang_deploy_plan.py).
 
-Runs on the controller, contacts nothing; every decision is in module_utils/sglang_deploy.py.
+Runs on the controller, contacts nothing; every decision is in module_utils: sglang_request.py (the request stage),
+sglang_deploy.py (node, launch, verify, calculate), sglang_extra_vars.py (extra variables that would shadow a computed
+one) and the sizing model hicache.py.
 """
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy, sglang_extra_vars, sglang_request
 
 _STAGES = ("request", "node", "launch", "verify", "calculate")
 
@@ -28,23 +30,23 @@ class ActionModule(ActionBase):
         blank_note = ""
         try:
             if stage not in _STAGES:
-                raise sglang_deploy.DeployError("stage must be one of %s, got %r" % (", ".join(_STAGES), stage))
+                raise sglang_request.DeployError("stage must be one of %s, got %r" % (", ".join(_STAGES), stage))
             # Extra vars (-e, AWX survey answers) outrank set_fact and register: refuse any that would shadow a
             # computed or private name, at every stage (a play may be entered with --start-at-task).
             extra_vars = load_extra_vars(self._loader)
-            sglang_deploy.refuse_injected(list(extra_vars), "the extra variables (-e or survey answers)")
+            sglang_extra_vars.refuse_injected(list(extra_vars), "the extra variables (-e or survey answers)")
             if stage in ("request", "calculate"):
                 # A blank role setting among the extra vars (an unanswered survey question) means the default, and it
                 # hides the inventory's value: said every time, never silent.
-                blank_note = sglang_deploy.blank_extra_vars_note(sglang_deploy.blank_extra_vars(extra_vars))
+                blank_note = sglang_extra_vars.blank_extra_vars_note(sglang_extra_vars.blank_extra_vars(extra_vars))
                 if blank_note and stage == "request":
                     result["warnings"] = [blank_note]
             if stage == "request":
                 # The inventory cannot outrank set_fact, but a computed name set there is a misunderstanding worth
                 # stopping. (pve_gpu_container_spec is set just before, by the container_spec entry point.)
-                hostvars = [n for n in sglang_deploy.COMPUTED_NAMES - {"pve_gpu_container_spec"} if n in task_vars]
-                sglang_deploy.refuse_injected(hostvars, "the inventory or play variables of %s" % task_vars.get("inventory_hostname"))
-                result["request"] = sglang_deploy.request(args.get("settings") or {})
+                hostvars = [n for n in sglang_extra_vars.COMPUTED_NAMES - {"pve_gpu_container_spec"} if n in task_vars]
+                sglang_extra_vars.refuse_injected(hostvars, "the inventory or play variables of %s" % task_vars.get("inventory_hostname"))
+                result["request"] = sglang_request.request(args.get("settings") or {})
             elif stage == "node":
                 result["gate"] = sglang_deploy.node_gate(args["request"], args["node"], args["container"],
                                                          int(args.get("node_reserve_bytes", 4 << 30)))
@@ -59,7 +61,7 @@ class ActionModule(ActionBase):
             else:
                 result["verify"] = sglang_deploy.verify(args["launch"], args.get("running"), args["measure"],
                                                         int(args.get("node_rank", 0)), float(args.get("tolerance", 0.10)))
-        except sglang_deploy.DeployError as exc:
+        except sglang_request.DeployError as exc:
             result["failed"] = True
             result["msg"] = str(exc) + ("\n" + blank_note if blank_note else "")
         except (KeyError, TypeError, ValueError) as exc:

@@ -113,7 +113,20 @@ _value:
       description: Bytes the dearest rank commits for its pools (power-of-two rounded up to 0.5.4; KV and indexer pools).
       type: int
     total_pinned_bytes:
-      description: Bytes all ranks on the most loaded host commit.
+      description: Bytes all ranks on the most loaded host commit (with C(other_engine_ranks)' pools).
+      type: int
+    engine_pinned_bytes:
+      description: Bytes this engine's ranks on the most loaded host commit (RV(_value.total_pinned_bytes) without other
+        engines' ranks); what a deploy verifies its ranks pin.
+      type: int
+    required_available_bytes:
+      description: The memory basis (MemAvailable within the container limit) the plan needs, OS reserve + process
+        overhead + other commitments + RV(_value.total_pinned_bytes); the plan fits only if the basis holds it, and a
+        deploy's start guard waits for it.
+      type: int
+    ceiling_bytes:
+      description: The most this engine's processes should hold, RV(_value.engine_pinned_bytes) + the overhead the plan
+        budgets; what a deploy verifies the running server against.
       type: int
     budget_bytes:
       description: Memory basis minus OS reserve, process overhead and other commitments; what the pools may pin.

@@ -12,8 +12,9 @@ version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
-  - Runs on the controller and contacts nothing. Every decision is made by C(module_utils/sglang_deploy.py), the same
-    code for the node's gate before any change, the container's launch and the verification of what runs.
+  - Runs on the controller and contacts nothing. Every decision is made in C(module_utils/) (C(sglang_request.py),
+    C(sglang_deploy.py), C(sglang_extra_vars.py) and the sizing model C(hicache.py)), the same code for the node's gate
+    before any change, the container's launch and the verification of what runs.
   - Refuses, at every stage, extra variables (C(-e), survey answers) that would shadow a value the roles compute
     (for example C(sglang_server_hicache_size)), because Ansible lets extra variables outrank computed facts.
   - Used by the roles C(sglang_server) and C(pve_gpu_container); not meant to be called by playbooks directly.
@@ -72,13 +73,13 @@ options:
   tolerance:
     description: (verify) The fraction measured memory may differ from the plan.
     type: float
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The action only computes; it never changes anything.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 """
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, awx_config, load
 import awx_rules
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_extra_vars
 
 TYPES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "awx", "credential_types", "*.yml")))
 SECRET_WORDS = re.compile(r"secret|password|api_key")
@@ -47,7 +47,7 @@ def test_injects_only_credential_only_environment_variables(path):
     assert "extra_vars" not in injectors
     for var in injectors["env"]:
         assert var.startswith("INFEROPS_"), var
-        assert not var.lower().startswith(sglang_deploy.ROLE_PREFIXES)
+        assert not var.lower().startswith(sglang_extra_vars.ROLE_PREFIXES)
 
 
 @pytest.mark.parametrize("path", TYPES)

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, awx_config, load
 import awx_rules
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, sglang_deploy
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache_geometry, sglang_extra_vars
 
 SURVEYS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "awx", "surveys", "*.yml")))
 ROLES = ("pve_gpu_container", "sglang_server", "gpu_recover")
@@ -83,9 +83,9 @@ def test_survey_variables_are_read_by_the_playbooks(path):
 def test_survey_variables_are_not_computed_or_private(path):
     for item in load(path)["spec"]:
         var = item["variable"]
-        assert var not in sglang_deploy.COMPUTED_NAMES, var
-        assert not var.startswith(sglang_deploy.PRIVATE_PREFIXES) and not var.startswith("_"), var
-        assert sglang_deploy.injected_names([var]) == []
+        assert var not in sglang_extra_vars.COMPUTED_NAMES, var
+        assert not var.startswith(sglang_extra_vars.PRIVATE_PREFIXES) and not var.startswith("_"), var
+        assert sglang_extra_vars.injected_names([var]) == []
 
 
 @pytest.mark.parametrize("path", SURVEYS)
@@ -93,7 +93,7 @@ def test_role_settings_have_no_default_and_are_optional(path):
     """AWX applies every survey default at every launch, and an extra var hides the inventory's value for every host:
     a question on a per-host role setting must have no default, and must be optional (unanswered = not sent)."""
     for item in load(path)["spec"]:
-        if item["variable"].startswith(sglang_deploy.ROLE_PREFIXES):
+        if item["variable"].startswith(sglang_extra_vars.ROLE_PREFIXES):
             assert "default" not in item or item["default"] is None, item["variable"]
             assert item["required"] is False, item["variable"]
 
@@ -111,11 +111,11 @@ def test_survey_types_match_the_argument_specs(path):
         if spec.get("type") == "bool":
             assert sorted(item["choices"]) == ["false", "true"], item["variable"]
         if item["variable"] == "sglang_server_model_preset":
-            assert set(item["choices"]) <= set(hicache.MODEL_PRESETS), sorted(set(item["choices"]) - set(hicache.MODEL_PRESETS))
+            assert set(item["choices"]) <= set(hicache_geometry.MODEL_PRESETS), sorted(set(item["choices"]) - set(hicache_geometry.MODEL_PRESETS))
 
 
 def test_answers_ranges_match_what_the_plan_accepts():
-    """Integer bounds of the layout questions are those the request stage enforces (sglang_deploy.request)."""
+    """Integer bounds of the layout questions are those the request stage enforces (sglang_request.request)."""
     for path in SURVEYS:
         for item in load(path)["spec"]:
             if item["variable"] in ("sglang_server_tp_size", "sglang_server_pp_size", "sglang_server_dp_size"):

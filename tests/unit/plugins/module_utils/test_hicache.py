@@ -1,4 +1,4 @@
-"""Unit tests for the HiCache sizing model (plugins/module_utils/hicache.py)."""
+"""Unit tests for the HiCache sizing model (plugins/module_utils/hicache.py and the hicache_*.py files it is made of)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import pytest
 import yaml
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache as h
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache_pools as pools
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache_releases as rel
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sizing_values as units
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins.incident import GB, GIB, INCIDENT_FACTS as INCIDENT
 
 
@@ -80,7 +83,7 @@ def test_power_of_two_pinning_boundary_0_5_4(version, power_of_two):
     assert (pinned == 2**35) is power_of_two
     if not power_of_two:
         # exact size: the tokens' bytes, plus at most two 64 KiB allocation granules
-        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64 + 2 * h.ALLOC_GRANULE_BYTES
+        assert 20 * GB - 70272 * 64 <= pinned <= 20 * GB + 70272 * 64 + 2 * pools.ALLOC_GRANULE_BYTES
 
 
 def test_page_alignment_boundary_0_5_5_down_0_5_6_up_plus_one_page():
@@ -156,11 +159,11 @@ def test_late_rank_double_counting_warning_from_0_5_19():
     ],
 )
 def test_version_forms_and_the_releases_they_may_behave_as(text, behaves_as):
-    version = h.parse_version(text)
+    version = rel.parse_version(text)
     assert str(version) == text.strip().lstrip("v")
-    releases, warning = h.behaviour_releases(version)
+    releases, warning = rel.behaviour_releases(version)
     assert ["%d.%d.%d" % r for r in releases] == behaves_as
-    assert (warning is None) is (len(behaves_as) == 1 and not version.key > h.KNOWN_LAST_VERSION)
+    assert (warning is None) is (len(behaves_as) == 1 and not version.key > rel.KNOWN_LAST_VERSION)
 
 
 def test_pre_release_is_planned_with_the_previous_release_pinning_too():
@@ -349,10 +352,10 @@ def test_input_must_be_a_mapping():
 
 
 def test_units_helpers():
-    assert h.pow2_ceil(34 * GB) == 2**35
-    assert h.pow2_ceil(2**35) == 2**35
-    assert h.fmt_gb(2400 * GB) == "2400.0 GB"
-    assert h.fmt_gib(449 * GIB) == "449.0 GiB"
+    assert pools.pow2_ceil(34 * GB) == 2**35
+    assert pools.pow2_ceil(2**35) == 2**35
+    assert units.fmt_gb(2400 * GB) == "2400.0 GB"
+    assert units.fmt_gib(449 * GIB) == "449.0 GiB"
 
 
 # ---------------------------------------------------------------- rank placement (entrypoints/engine.py)
@@ -436,8 +439,8 @@ def test_other_engines_on_the_host_add_their_ranks_and_pools():
 
 def test_pp_stage_layers_follow_get_pp_indices():
     # SGLang gives the extra layers to the LAST stages (distributed/utils.py get_pp_indices).
-    assert h.pp_stage_layers(61, 2) == [30, 31]
-    assert h.pp_stage_layers(80, 3) == [26, 27, 27]
+    assert pools.pp_stage_layers(61, 2) == [30, 31]
+    assert pools.pp_stage_layers(80, 3) == [26, 27, 27]
     with pytest.raises(h.PlanError, match="more than the model's 2 layers"):
         plan(pp_size=4, tp_size=2, model_preset=None, model_num_layers=2, model_kv_lora_rank=512, model_qk_rope_head_dim=64)
 
@@ -461,6 +464,45 @@ def test_pp_on_one_host_sums_the_stages_it_holds():
     assert result["engine_ranks_per_host"] == 6
     assert result["total_pinned_bytes"] < 6 * result["pinned_per_rank_bytes"]
     assert "6 ranks x up to" in "\n".join(result["explain"])
+
+
+# ---------------------------------------------------------------- the figures a deploy launches, guards and verifies with
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"requested_gb": 300}, {"tp_size": 4, "pp_size": 2}, {"tp_size": 4, "other_engine_ranks": 4},
+     {"other_committed_bytes": 32 * GIB}, {"sglang_version": "0.5.4"}, {"model_preset": "deepseek-v3.2", "sglang_version": "0.5.19"}],
+)
+def test_required_available_is_the_sum_the_fit_is_decided_on(change):
+    result = plan(**change)
+    needed = result["required_available_bytes"]
+    assert needed == result["reserve_bytes"] + result["overhead_bytes"] + result["total_pinned_bytes"]
+    assert result["fits"] is (needed <= result["memory_basis_bytes"])
+    assert result["headroom_bytes"] == result["memory_basis_bytes"] - needed
+
+
+def test_engine_pinned_is_this_engines_share_of_the_total():
+    alone = plan(tp_size=4)
+    assert alone["engine_pinned_bytes"] == alone["total_pinned_bytes"] == 4 * alone["pinned_per_rank_bytes"]
+    shared = plan(tp_size=4, other_engine_ranks=4)
+    assert shared["engine_pinned_bytes"] == 4 * shared["pinned_per_rank_bytes"]
+    assert shared["total_pinned_bytes"] == shared["engine_pinned_bytes"] + 4 * shared["pinned_per_rank_bytes"]
+    assert shared["ceiling_bytes"] == shared["engine_pinned_bytes"] + shared["overhead_bytes"]
+
+
+def test_with_pp_stages_of_different_sizes_the_total_is_summed_not_ranks_times_the_dearest():
+    # kimi-k2's 61 layers over pp 2 (30 and 31): up to 0.5.14 each stage rounds its own tokens.
+    result = plan(tp_size=4, pp_size=2)
+    assert result["total_pinned_bytes"] == result["engine_pinned_bytes"] < 8 * result["pinned_per_rank_bytes"]
+    assert result["ceiling_bytes"] == result["engine_pinned_bytes"] + result["overhead_bytes"]
+
+
+def test_a_plan_that_does_not_fit_still_gives_its_figures_for_the_requested_size():
+    result = plan(requested_gb=300)
+    assert result["fits"] is False
+    assert result["engine_pinned_bytes"] == result["total_pinned_bytes"] == 8 * result["pinned_per_rank_bytes"]
+    assert result["required_available_bytes"] > result["memory_basis_bytes"]
 
 
 # ---------------------------------------------------------------- SGLang's own check, per release
@@ -507,7 +549,7 @@ def test_dsa_indexer_pool_is_priced_outside_hicache_size_from_0_5_19():
     assert "outside --hicache-size" in "\n".join(new["explain"])
     # 0.5.9 - 0.5.18 count the indexer inside --hicache-size: the same size costs less.
     old = plan(model_preset="deepseek-v3.2", kv_cache_dtype="bf16", sglang_version="0.5.18", requested_gb=30)
-    assert old["pinned_per_rank_bytes"] < 30 * GB + 64 * 61 * (1152 + 132) + 64 * h.ALLOC_GRANULE_BYTES
+    assert old["pinned_per_rank_bytes"] < 30 * GB + 64 * 61 * (1152 + 132) + 64 * pools.ALLOC_GRANULE_BYTES
     separate = plan(model_preset="deepseek-v3.2", sglang_version="0.5.19")["per_rank_gb"]
     assert separate < plan(model_preset="deepseek-v3.2", sglang_version="0.5.18")["per_rank_gb"]
 
@@ -580,8 +622,8 @@ def test_legitimate_coercions_are_kept():
 
 
 def test_every_memory_figure_is_formatted_without_floats():
-    assert h.fmt_gb(10**40) == "10000000000000000000000000000000.0 GB"
-    assert h.fmt_gib(-3 * GIB) == "-3.00 GiB"
+    assert units.fmt_gb(10**40) == "10000000000000000000000000000000.0 GB"
+    assert units.fmt_gib(-3 * GIB) == "-3.00 GiB"
 
 
 # ---------------------------------------------------------------- the example inventories

@@ -6,6 +6,8 @@ import pytest
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy as d
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_extra_vars as ev
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_request as rq
 
 GIB = 2**30
 MIB = 2**20
@@ -30,7 +32,7 @@ PATHS = {"python": "/opt/sglang/venv/bin/python3", "launcher": "/usr/local/libex
 def req(**overrides):
     s = dict(SETTINGS)
     s.update(overrides)
-    return d.request(s)
+    return rq.request(s)
 
 
 def node_state(gate):
@@ -190,12 +192,12 @@ def test_no_global_address_is_refused():
                                   "_sglang_server_launch_json", "pve_gpu_container_state", "sglang_server_node_state"])
 def test_computed_or_private_names_from_the_operator_are_refused(name):
     with pytest.raises(d.DeployError) as exc:
-        d.refuse_injected(["sglang_server_tp_size", name], "the extra variables")
+        ev.refuse_injected(["sglang_server_tp_size", name], "the extra variables")
     assert name in str(exc.value) and "sglang_server_hicache_requested_gb" in str(exc.value)
 
 
 def test_public_inputs_are_not_refused():
-    d.refuse_injected(["sglang_server_tp_size", "sglang_server_hicache_requested_gb", "recover_vmid"], "x")
+    ev.refuse_injected(["sglang_server_tp_size", "sglang_server_hicache_requested_gb", "recover_vmid"], "x")
 
 
 # ---------------------------------------------------------------- the node gate
@@ -310,6 +312,78 @@ def test_hicache_module_is_the_only_arithmetic():
     assert hicache.size_gb(data) == gate["per_rank_gb"]
 
 
+# ---------------------------------------------------------------- every byte figure is the sizing model's
+
+
+def test_launch_takes_every_byte_figure_from_the_plan():
+    ln = launched()
+    p = ln["plan"]
+    assert ln["bounds"]["planned_pinned_bytes"] == p["total_pinned_bytes"] == p["engine_pinned_bytes"]
+    assert ln["bounds"]["ceiling_bytes"] == p["ceiling_bytes"]
+    assert ln["guard"]["required_available_bytes"] == p["required_available_bytes"]
+
+
+def test_with_pp_stages_of_different_sizes_launch_uses_the_plans_sum_not_ranks_times_the_dearest():
+    ln = launched(tp_size=4, pp_size=2)  # kimi-k2's 61 layers: stages of 30 and 31 layers
+    p = ln["plan"]
+    assert p["total_pinned_bytes"] < 8 * p["pinned_per_rank_bytes"]
+    assert ln["bounds"]["planned_pinned_bytes"] == p["total_pinned_bytes"]
+    assert ln["guard"]["required_available_bytes"] == p["required_available_bytes"] <= p["memory_basis_bytes"]
+    assert d.verify(ln, running(ln, tp_size=4, pp_size=2), measure(ln), 0, 0.0)["ok"]
+
+
+def test_other_engines_pools_are_guarded_but_not_expected_of_this_unit():
+    r = req(tp_size=4, policy={"other_engine_ranks": 4})
+    gate = d.node_gate(r, NODE, dict(CONTAINER, gpus=[0, 1, 2, 3]), 4 * GIB)
+    ln = d.launch(r, node_state(gate), ct_facts(device_paths=["/dev/nvidia%d" % i for i in range(4)]), PATHS)
+    p = ln["plan"]
+    assert ln["bounds"]["planned_pinned_bytes"] == p["engine_pinned_bytes"] == 4 * p["pinned_per_rank_bytes"]
+    assert p["engine_pinned_bytes"] < p["total_pinned_bytes"]
+    assert ln["guard"]["required_available_bytes"] == p["required_available_bytes"]
+    assert ln["bounds"]["ceiling_bytes"] == p["ceiling_bytes"]
+
+
+def test_the_plan_input_is_the_request_with_one_hosts_facts():
+    r = req(requested_gb=20)
+    facts = {"mem_total_bytes": 100 * GIB, "mem_available_bytes": 90 * GIB, "mem_limit_bytes": 80 * GIB, "gpu_count": 8,
+             "gpu_memory_mib": 97887}
+    data = d.plan_data(r, facts)
+    assert data == dict(r["plan_base"], **facts) and data["requested_gb"] == 20
+    assert d.plan_data(r, facts, held_bytes=4 * GIB)["mem_available_bytes"] == 94 * GIB
+    assert d.plan_data(r, facts, held_bytes=40 * GIB)["mem_available_bytes"] == 100 * GIB  # up to MemTotal
+    assert "mem_total_bytes" not in r["plan_base"]  # the request is left as it was
+
+
+def test_the_node_gate_launch_and_calculator_plan_the_same_for_the_same_facts():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    facts = {"mem_total_bytes": NODE["mem_total_bytes"], "mem_available_bytes": NODE["mem_available_bytes"]}
+    calc = d.calculate(dict(facts, gpu_memory_mib=97887), None, r, CONTAINER, "ct129")["plan"]
+    assert {k: calc[k] for k in ("per_rank_gb", "total_pinned_bytes", "required_available_bytes")} == \
+        {k: gate["plan"][k] for k in ("per_rank_gb", "total_pinned_bytes", "required_available_bytes")}
+
+
+# ---------------------------------------------------------------- one setting
+
+
+def test_setting_helpers_shared_by_the_stages():
+    assert rq.setting_int("x", " 12 ", 0, 20) == 12
+    with pytest.raises(rq.DeployError, match="x must be between 0 and 20, got 21"):
+        rq.setting_int("x", 21, 0, 20)
+    assert rq.parse_requested_gb("") is None and rq.parse_requested_gb("4") == 4 and rq.parse_requested_gb(0) is None
+    assert rq.is_loopback("127.0.0.1") and rq.is_loopback("::1") and rq.is_loopback("localhost")
+    assert not rq.is_loopback("10.0.0.1") and not rq.is_loopback("0.0.0.0")
+    layout = {"tp_size": 8, "pp_size": 1, "dp_size": 2, "enable_dp_attention": False, "nnodes": 1}
+    assert rq.layout_text(layout) == "tp 8 x pp 1 x dp 2 over 1 node(s)"
+    assert rq.ranks_on_this_node({"version": "0.5.9", "layout": layout}) == 16
+
+
+@pytest.mark.parametrize("name", ["enable_dp_attention", "allow_unauthenticated", "api_key_set"])
+def test_a_setting_that_is_not_a_boolean_is_a_deploy_error(name):
+    with pytest.raises(d.DeployError, match="must be true or false, got 'maybe'"):
+        req(**{name: "maybe"})
+
+
 # ---------------------------------------------------------------- model and port, before any change
 
 LISTEN = ['LISTEN 0 128 0.0.0.0:22 0.0.0.0:* users:(("sshd",pid=87,fd=3))',
@@ -362,13 +436,13 @@ def test_request_integers_as_strings():
 
 
 def test_blank_extra_vars_are_named_with_what_they_hide():
-    names = d.blank_extra_vars({"sglang_server_version": None, "sglang_server_tp_size": "", "pve_gpu_container_gpus": " ",
+    names = ev.blank_extra_vars({"sglang_server_version": None, "sglang_server_tp_size": "", "pve_gpu_container_gpus": " ",
                                 "sglang_server_port": 30000, "recover_node": "", "plan_requested_gb": None})
     assert names == ["pve_gpu_container_gpus", "sglang_server_tp_size", "sglang_server_version"]
-    note = d.blank_extra_vars_note(["sglang_server_tp_size"])
+    note = ev.blank_extra_vars_note(["sglang_server_tp_size"])
     assert note.startswith("sglang_server_tp_size is blank in the extra variables")
     assert "hides any value the inventory sets" in note
-    assert d.blank_extra_vars_note([]) == ""
+    assert ev.blank_extra_vars_note([]) == ""
 
 
 # --- the calculator (playbooks/plan.yml) ------------------------------------------------------------------
@@ -409,7 +483,7 @@ def lab_request(**overrides):
     s = dict(SETTINGS, version="0.5.21", tp_size=2,
              policy={"rank_overhead_bytes": 268435456, "frontend_overhead_bytes": 536870912})
     s.update(overrides)
-    return d.request(s)
+    return rq.request(s)
 
 
 def test_calculate_inventory_host_against_its_declared_limit():

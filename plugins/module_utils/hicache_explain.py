@@ -1,0 +1,197 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A plan told in words and drawn (pure Python, no Ansible imports): the arithmetic behind each figure of a
+:class:`Sizing` (``explain``) and a bar of the host's memory (``picture``).  Every figure shown is one the
+model computed; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_model import HostPinned, Sizing
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_pools import placement_text
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import fmt_both, fmt_gb, fmt_gib
+
+
+def _up_to(sizing: Sizing, load: HostPinned) -> str:
+    """'up to ' where the ranks' pools differ (PP stages of different sizes), so ranks x the dearest is a bound."""
+    return "up to " if load.total_bytes != sizing.ranks * load.rank.charged_bytes else ""
+
+
+def explain(sizing: Sizing) -> List[str]:
+    """The plan's arithmetic, one line a step: ranks, budget, KV size, the verdict and what to do."""
+    lines = _budget_lines(sizing)
+    if sizing.inp.requested_gb is not None:
+        lines += _requested_lines(sizing)
+    if sizing.fits:
+        lines.append(_plan_line(sizing))
+    if not sizing.fits and sizing.inp.requested_gb is None:
+        lines.append(_nothing_fits_line(sizing))
+    return lines
+
+
+def _budget_lines(sizing: Sizing) -> List[str]:
+    inp, budget, rules, pools = sizing.inp, sizing.budget, sizing.shown.rules, sizing.pools
+    pol = inp.policy
+    release_names = [str(r) for r in inp.releases]
+    lines = [
+        "SGLang %s%s: --hicache-size is decimal GB (1e9 bytes) PER RANK; each of the %d scheduler ranks on this host "
+        "pins its own pool via %s."
+        % (
+            inp.version,
+            (" (behaviour of %s)" % " or ".join(release_names)) if release_names != [str(inp.version)] else "",
+            sizing.ranks,
+            rules.allocation,
+        ),
+        "Ranks on this host: %s%s."
+        % (
+            placement_text(inp.placement, inp.tp_size, inp.dp_size, inp.enable_dp_attention),
+            (" + %d of other engines = %d" % (pol["other_engine_ranks"], sizing.ranks)) if pol["other_engine_ranks"] else "",
+        ),
+        "Memory basis: min(MemAvailable %s, container limit %s) = %s."
+        % (
+            fmt_both(inp.mem_available_bytes),
+            fmt_both(inp.mem_limit_bytes) if inp.mem_limit_bytes is not None else "none",
+            fmt_both(budget.basis_bytes),
+        ),
+        "  - OS reserve: max(%s, %d%% of %s RAM) = %s"
+        % (fmt_gib(pol["os_reserve_min_bytes"]), round(pol["os_reserve_fraction"] * 100), fmt_gib(budget.ram_bytes), fmt_gb(budget.reserve_bytes)),
+        "  - process overhead: %d ranks x %s + front-end %s = %s"
+        % (sizing.ranks, fmt_gib(pol["rank_overhead_bytes"]), fmt_gib(pol["frontend_overhead_bytes"]), fmt_gb(budget.processes_bytes)),
+    ]
+    if budget.other_committed_bytes:
+        lines.append("  - committed to other engines/services: %s" % fmt_gb(budget.other_committed_bytes))
+    lines.append("  = budget for host KV pools: %s, %s per rank." % (fmt_gb(budget.budget_bytes), fmt_gb(budget.per_rank_budget_bytes)))
+    lines.append("KV per token per rank: %d bytes (%s)." % (sizing.shown.choice.largest.kv_bytes_per_token, inp.kv_source))
+    if inp.dsa and rules.dsa_indexer == "outside":
+        lines.append(
+            "DSA indexer: SGLang %s allocates a second pool of the KV pool's token count outside --hicache-size "
+            "(pool_host/dsa.py): %s per rank at --hicache-size %d, priced in." % (rules, fmt_gb(pools.index_bytes), max(sizing.chosen_gb, 0))
+        )
+    elif inp.dsa and rules.dsa_indexer == "inside":
+        lines.append(
+            "DSA indexer: SGLang %s counts the indexer keys inside --hicache-size (NSATokenToKVPoolHost, one buffer per layer)." % rules
+        )
+    if inp.pp_size > 1 and not rules.pp_min_tokens:
+        lines.append(
+            "PP: SGLang %s rounds each stage's token count up to a page on its own (no sync before 0.5.15); the most "
+            "expensive stage is priced." % rules
+        )
+    return lines
+
+
+def _requested_lines(sizing: Sizing) -> List[str]:
+    """The verdict on a requested size, SGLang's own check of it, and the largest safe value."""
+    inp, budget, load = sizing.inp, sizing.budget, sizing.load
+    chosen, headroom = sizing.chosen_gb, sizing.headroom_bytes
+    lines = [
+        "Requested --hicache-size %d: %d ranks x %s%s%s = %s pinned vs budget %s: %s%s."
+        % (
+            chosen,
+            sizing.ranks,
+            _up_to(sizing, load),
+            fmt_gb(load.rank.charged_bytes),
+            (" (%d GB rounded up to a power of two)" % chosen) if sizing.shown.rules.pins_power_of_two else "",
+            fmt_gb(load.total_bytes),
+            fmt_gb(budget.budget_bytes),
+            "fits" if sizing.fits else "DOES NOT FIT",
+            (" (short by %s)" % fmt_gb(-headroom)) if headroom < 0 else (" (headroom %s)" % fmt_gb(headroom)),
+        )
+    ]
+    if not sizing.fits_device:
+        lines.append(
+            "SGLang %s asserts host tokens > device tokens at start-up: %d host tokens per rank <= %d device tokens per rank."
+            % (" / ".join(str(c.rules) for c in sizing.device_cases), sizing.device_min_tokens(), inp.device_pool_tokens_per_rank)
+        )
+    for check in sizing.guards:
+        if not sizing.fits and check.passes:
+            consequence = (
+                "the host would run out of memory instead of refusing"
+                if sizing.required_available_bytes > budget.basis_bytes
+                else "it would start, leaving less than the reserves above for the OS and the processes"
+            )
+            lines.append("SGLang %s's own check (%s) lets every rank through: %s." % (check.rules, check.text, consequence))
+        elif not check.passes:
+            lines.append("SGLang %s's own check (%s) would refuse it at start-up." % (check.rules, check.text))
+        else:
+            lines.append("SGLang %s's own check (%s) lets it through." % (check.rules, check.text))
+    if sizing.best is not None:
+        best = sizing.best
+        lines.append(
+            "Largest safe value: --hicache-size %d (%d x %s%s = %s pinned)."
+            % (sizing.max_gb, sizing.ranks, _up_to(sizing, best), fmt_gb(best.rank.charged_bytes), fmt_gb(best.total_bytes))
+        )
+    return lines
+
+
+def _plan_line(sizing: Sizing) -> str:
+    chosen, load, pools = sizing.chosen_gb, sizing.load, sizing.pools
+    if sizing.shown.rules.pins_power_of_two:
+        detail = " (each %d GB pool rounded up to a power of two, 2^%d bytes)" % (chosen, pools.charged_bytes.bit_length() - 1)
+    elif pools.index_bytes:
+        detail = " (%s KV + %s indexer each)" % (fmt_gb(pools.kv_bytes), fmt_gb(pools.index_bytes))
+    else:
+        detail = ""
+    return "Plan: --hicache-size %d per rank -> %d ranks x %s%s = %s pinned%s, headroom %s; %d tokens per rank." % (
+        chosen,
+        sizing.ranks,
+        _up_to(sizing, load),
+        fmt_gb(pools.charged_bytes),
+        fmt_gb(load.total_bytes),
+        detail,
+        fmt_gb(sizing.headroom_bytes),
+        pools.tokens,
+    )
+
+
+def _nothing_fits_line(sizing: Sizing) -> str:
+    inp = sizing.inp
+    if sizing.max_gb < 1:
+        return (
+            "Nothing fits: %s per rank is less than the smallest pool (1 GB%s). Free memory, raise the container limit, "
+            "or lower the reserve/overhead policy if you have measured it."
+            % (fmt_gb(sizing.budget.per_rank_budget_bytes), ", pinned as a power of two" if any(r.pins_power_of_two for r in inp.releases) else "")
+        )
+    return (
+        "Nothing fits: SGLang %s needs more host tokens than the %d device tokens per rank (at least --hicache-size %d) "
+        "but the budget allows at most %d. Upgrade to 0.5.15+ (a warning only) or give the pools more memory."
+        % (inp.version, inp.device_pool_tokens_per_rank or 0, sizing.min_gb, sizing.max_gb)
+    )
+
+
+def picture(sizing: Sizing) -> List[str]:
+    """The host's memory as a bar: reserve, processes, the pools and what is left, against the basis."""
+    budget, load = sizing.budget, sizing.load
+    pinned = max(load.total_bytes, 0)
+    demand = budget.required_available_bytes(pinned)
+    free_after = max(budget.basis_bytes - demand, 0)
+    mark = "P" if sizing.fits else "!"
+    return [
+        "Host memory basis %s%s" % (fmt_both(budget.basis_bytes), "" if demand <= budget.basis_bytes else "; demand %s overflows it" % fmt_gb(demand)),
+        bar(
+            [("#", budget.reserve_bytes), ("o", budget.overhead_bytes), (mark, load.total_bytes), (".", free_after)],
+            max(budget.basis_bytes, demand),
+            budget.basis_bytes,
+        ),
+        " # OS reserve        %10s" % fmt_gb(budget.reserve_bytes),
+        " o processes         %10s" % fmt_gb(budget.overhead_bytes),
+        " %s KV pools          %10s  (%d ranks x %s%s%s)"
+        % (mark, fmt_gb(load.total_bytes), sizing.ranks, _up_to(sizing, load), fmt_gb(load.rank.charged_bytes), "" if sizing.fits else ", does not fit"),
+        " . left              %10s" % fmt_gb(free_after),
+    ]
+
+
+def bar(segments: List[Tuple[str, int]], scale_bytes: int, limit_bytes: int, width: int = 64) -> str:
+    """A stacked text bar of the segments; a '|' marks where the memory basis ends if demand overflows it."""
+    cells = ""
+    for char, value in segments:
+        n = (width * value * 2 + scale_bytes) // (2 * scale_bytes) if scale_bytes else 0
+        if value > 0 and n == 0:
+            n = 1
+        cells += char * n
+    if limit_bytes < scale_bytes:
+        cut = (width * limit_bytes * 2 + scale_bytes) // (2 * scale_bytes)
+        cells = cells[:cut] + "|" + cells[cut:]
+    return "[" + cells + "]"
