@@ -200,13 +200,13 @@ options:
     description: Seconds to wait for each API request.
     type: int
     default: 10
+extends_documentation_fragment:
+  - inferops.gpu_inference.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reads the container and reports what would change; sends no POST, PUT or DELETE.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the container's config in PVE's conf text form, before and after.
 requirements:
@@ -332,12 +332,15 @@ diff:
       returned: always
 """
 
-import time
+import dataclasses
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_config as pc
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_api
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_config
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_client import PveClient
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError, split_tags
 
 PROXMOXER_IMPORT_ERROR = None
 try:
@@ -394,30 +397,15 @@ def argument_spec():
     )
 
 
-def _exc_names(exc):
-    return [cls.__name__ for cls in type(exc).__mro__]
-
-
-def _exc_text(exc):
-    text = str(exc)
-    cause = exc.__cause__ or exc.__context__
-    # requests wraps urllib3 errors; the root cause names "Connection refused" or the TLS failure.
-    depth = 0
-    while cause is not None and depth < 5:
-        more = str(cause)
-        if more and more not in text:
-            text = f"{text} ({more})"
-        cause = cause.__cause__ or cause.__context__
-        depth += 1
-    return text
-
-
 class PveLxc:
-    """The module's work, given an AnsibleModule-like object and a proxmoxer-like API object."""
+    """The module's states, given an AnsibleModule-like object and a proxmoxer-like API object.
+
+    What to send is decided in module_utils (pve_config: the declared state and the plan; pve_api: the login and
+    errors); the calls themselves are PveClient's.
+    """
 
     def __init__(self, module, api, auth):
         self.module = module
-        self.api = api
         self.auth = auth  # dict(method=password|token|local, user=..., url=...)
         self.params = module.params
         self.node = self.params["node"]
@@ -434,193 +422,81 @@ class PveLxc:
             stop_method=None,
             diff=dict(before="", after=""),
         )
+        self.pve = PveClient(
+            api, self.node, self.vmid, auth, self.fail, module.warn,
+            task_timeout=self.params["timeout"],
+            ca_path=self.params.get("ca_path"),
+            validate_certs=self.params.get("validate_certs", True),
+        )
 
-    # ---- plumbing -------------------------------------------------------------------------
     def fail(self, msg, **extra):
         self.result.update(extra)
         self.module.fail_json(msg=msg, **self.result)
 
-    def call(self, what, fn, *args, **kwargs):
+    def declared(self):
         try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # proxmoxer, requests: classified into a clear message
-            err = pc.classify_api_error(
-                _exc_names(exc),
-                _exc_text(exc),
-                getattr(exc, "status_code", None),
-                url=self.auth.get("url", "the PVE API"),
-                auth_method=self.auth["method"],
-                api_user=self.auth.get("user"),
-                ca_path=self.params.get("ca_path"),
-                validate_certs=self.params.get("validate_certs", True),
-            )
-            self.fail(f"{what}: {err.message}", error_kind=err.kind)
-
-    @property
-    def ct(self):
-        return self.api.nodes(self.node).lxc(self.vmid)
-
-    def wait_task(self, upid, what, timeout=None, fail=True):
-        """Wait for a task; returns (ok, exitstatus)."""
-        timeout = self.params["timeout"] if timeout is None else timeout
-        try:
-            task_node = pc.upid_node(upid)
-        except pc.ConfigError as exc:
-            self.fail(f"{what}: {exc}")
-        deadline = time.monotonic() + timeout
-        status = {}
-        while True:
-            status = self.call(f"{what}: reading task status", self.api.nodes(task_node).tasks(upid).status.get) or {}
-            if status.get("status") == "stopped":
-                break
-            if time.monotonic() >= deadline:
-                if fail:
-                    self.fail(
-                        f"{what}: task {upid} still running after {timeout}s; PVE may still be working on it "
-                        "(see the node's task log). Raise timeout if this is expected.",
-                        task=upid,
-                    )
-                return False, "timeout"
-            time.sleep(1)
-        if pc.task_succeeded(status):
-            return True, status.get("exitstatus")
-        exitstatus = status.get("exitstatus") or "unknown"
-        if fail:
-            log = ""
-            try:
-                log = pc.task_log_tail(self.api.nodes(task_node).tasks(upid).log.get(limit=500) or [])
-            except Exception:  # the log is a nicety; the exit status is what matters
-                log = ""
-            message = f"{what}: task {upid} failed with exit status {exitstatus!r}"
-            if log:
-                message += f"; task log (last lines):\n{log}"
-            self.fail(message, task=upid, task_exitstatus=exitstatus)
-        return False, exitstatus
-
-    # ---- reading --------------------------------------------------------------------------
-    def exists(self):
-        listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
-        return any(str(item.get("vmid")) == str(self.vmid) for item in listing)
-
-    def read_config(self):
-        config = self.call(f"reading the config of CT {self.vmid}", self.ct.config.get) or {}
-        return dict(config)
-
-    def read_status(self):
-        current = self.call(f"reading the status of CT {self.vmid}", self.ct.status.current.get) or {}
-        return current.get("status", "unknown")
-
-    def read_pending(self):
-        try:
-            pending = self.ct.pending.get() or []
-        except Exception:  # older or simulated APIs without /pending: not worth failing for
-            return []
-        keys = []
-        for item in pending:
-            if "pending" in item or item.get("delete"):
-                keys.append(item.get("key"))
-        return sorted(k for k in keys if k)
-
-    # ---- desired state --------------------------------------------------------------------
-    def desired(self):
-        p = self.params
-        try:
-            desired, delete = pc.build_desired_config(
-                hostname=p["hostname"],
-                cores=p["cores"],
-                memory_mib=p["memory_mib"],
-                swap_mib=p["swap_mib"],
-                rootfs=p["rootfs"],
-                net=p["net"],
-                features=p["features"],
-                extra_config=p["extra_config"],
-            )
-            gpu_paths = pc.gpu_device_paths(p["gpu_passthrough"]) if p["gpu_passthrough"] is not None else None
-            dev_options = pc.device_options_suffix(p["gpu_device_options"])
-        except pc.ConfigError as exc:
+            return pve_config.declared_state(self.params)
+        except ConfigError as exc:
             self.fail(str(exc))
-        delete = list(delete) + list(p["delete"] or [])
-        return desired, delete, gpu_paths, dev_options
 
     def check_passthrough_auth(self, plan):
-        if not plan.touches_devices():
-            return
-        problem = pc.passthrough_auth_problem(self.auth["method"], self.auth.get("user"))
-        if problem:
-            keys = sorted(k for k in list(plan.set) + plan.delete if pc.option_base(k) == "dev")
-            self.fail(f"Cannot change {', '.join(keys)} of CT {self.vmid}. {problem}", error_kind="passthrough_root_only")
-
-    # ---- states ---------------------------------------------------------------------------
-    def query(self):
-        """state=query: read only. The node's status (refused clearly when the node is unknown or not readable), the
-        container's listing entry (status, mem) and config when it exists, and whether O(ostemplate) is in its storage."""
-        self.call(f"reading the status of node {self.node} (needs Sys.Audit on /nodes/{self.node})",
-                  self.api.nodes(self.node).status.get)
-        listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
-        entry = next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
-        config = self.read_config() if entry is not None else {}
-        self.result.update(exists=entry is not None, status=(entry or {}).get("status", "absent"),
-                           mem_bytes=int((entry or {}).get("mem") or 0), config=config,
-                           tags=pc.split_tags(config.get("tags")))
-        template = self.params.get("ostemplate")
-        if template:
-            storage = template.partition(":")[0]
-            content = self.call(
-                f"listing the templates of storage {storage} on node {self.node}",
-                self.api.nodes(self.node).storage(storage).content.get, content="vztmpl") or []
-            self.result["template_present"] = any(item.get("volid") == template for item in content)
-        if entry is not None:
-            self.check_owner(self.result["tags"])
-        elif template and not self.result["template_present"]:
-            self.fail(f"CT {self.vmid} does not exist on node {self.node} and its template {template} is not in storage "
-                      f"{template.partition(':')[0]}: download it on the node first (pveam update; pveam download "
-                      f"{template.partition(':')[0]} {template.rpartition('/')[2]}), or fix ostemplate.",
-                      error_kind="template_missing")
-        return self.result
+        refusal = pve_api.passthrough_refusal(plan.device_keys(), self.vmid, self.auth["method"], self.auth.get("user"))
+        if refusal:
+            self.fail(refusal, error_kind="passthrough_root_only")
 
     def check_owner(self, tags):
         """Refuse an existing container that does not carry O(owner_tag), unless O(adopt)."""
-        owner = self.params.get("owner_tag")
-        if owner and owner not in tags and not self.params.get("adopt"):
-            self.fail(
-                f"CT {self.vmid} exists on node {self.node} but does not carry the PVE tag {owner!r} that marks the "
-                f"containers this collection manages (its tags: {';'.join(tags) or 'none'}): changing it could break "
-                "another workload. Check the VMID (proxmox_vmid); to take this container over on purpose, set "
-                "pve_gpu_container_adopt=true for it (adopt=true).",
-                error_kind="not_owned")
+        refusal = pve_config.owner_refusal(self.vmid, self.node, self.params.get("owner_tag"), tags, self.params.get("adopt"))
+        if refusal:
+            self.fail(refusal, error_kind="not_owned")
 
-    def with_owner_tag(self, desired, exists):
+    def with_owner_tag(self, declared, exists):
         owner = self.params.get("owner_tag")
         if not owner:
-            return desired
-        tags = pc.split_tags(self.read_config().get("tags")) if exists else []
+            return declared
+        tags = split_tags(self.pve.read_config().get("tags")) if exists else []
         if exists:
             self.check_owner(tags)
-        desired = dict(desired)
-        desired["tags"] = ";".join(sorted(set(tags) | {owner}))
-        return desired
+        return dataclasses.replace(declared, config={**declared.config, "tags": pve_config.tags_with_owner(tags, owner)})
+
+    # ---- states ---------------------------------------------------------------------------
+    def query(self):
+        """state=query: read only. The node's status, the container's listing entry (status, mem) and config when it
+        exists, and whether O(ostemplate) is in its storage."""
+        self.pve.check_node()
+        entry = self.pve.listing_entry()
+        config = self.pve.read_config() if entry is not None else {}
+        self.result.update(exists=entry is not None, status=(entry or {}).get("status", "absent"),
+                           mem_bytes=int((entry or {}).get("mem") or 0), config=config,
+                           tags=split_tags(config.get("tags")))
+        template = self.params.get("ostemplate")
+        if template:
+            self.result["template_present"] = self.pve.template_present(template)
+        if entry is not None:
+            self.check_owner(self.result["tags"])
+        elif template and not self.result["template_present"]:
+            self.fail(pve_config.missing_template(self.vmid, self.node, template), error_kind="template_missing")
+        return self.result
 
     def run(self):
-        if self.params["state"] == "query":
-            return self.query()
-        desired, delete, gpu_paths, dev_options = self.desired()
         state = self.params["state"]
-        exists = self.exists()
-        if state != "absent":
-            desired = self.with_owner_tag(desired, exists)
-
+        if state == "query":
+            return self.query()
+        declared = self.declared()
+        exists = self.pve.exists()
         if state == "absent":
             return self.ensure_absent(exists)
+        declared = self.with_owner_tag(declared, exists)
 
         if not exists:
-            self.create(desired, gpu_paths, dev_options)
+            self.create(declared)
             if self.check_mode:
                 self.result["status"] = "running" if state == "started" else "stopped"
                 return self.result
         else:
-            self.update(desired, delete, gpu_paths, dev_options)
+            self.update(declared)
 
-        status = self.read_status() if not (self.check_mode and self.result["created"]) else "stopped"
+        status = self.pve.read_status() if not (self.check_mode and self.result["created"]) else "stopped"
         if state == "started" and status != "running":
             self.start()
             status = "running"
@@ -630,78 +506,42 @@ class PveLxc:
         self.result["status"] = status
         return self.result
 
-    def create(self, desired, gpu_paths, dev_options):
-        p = self.params
-        if not p["ostemplate"]:
-            self.fail(
-                f"CT {self.vmid} does not exist on node {self.node} and ostemplate is not set: give ostemplate "
-                "(e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst) to create it, or check vmid and node."
-            )
-        config = dict(desired)
-        if gpu_paths:
-            devices, _unused = pc.plan_gpu_devices(dict(desired), gpu_paths, dev_options, reserved_keys=desired)
-            config.update(devices)
-        plan = pc.ConfigPlan(set=dict(config))
+    def create(self, declared):
+        if not self.params["ostemplate"]:
+            self.fail(pve_config.missing_ostemplate(self.vmid, self.node))
+        try:
+            config = pve_config.create_config(declared)
+        except ConfigError as exc:
+            self.fail(str(exc))
+        plan = pve_config.ConfigPlan(set=dict(config))
         self.check_passthrough_auth(plan)
-        self.result["changed"] = True
-        self.result["created"] = True
-        self.result["changes"] = dict(set=dict(config), delete=[])
-        self.result["diff"] = dict(before="", after=pc.render_conf(config))
-        self.result["config"] = dict(config)
+        self.result.update(changed=True, created=True, changes=plan.changes(), config=dict(config),
+                           diff=dict(before="", after=pve_config.render_conf(config)))
         if self.check_mode:
             return
-        params = dict(config)
-        params.update(vmid=self.vmid, ostemplate=p["ostemplate"], unprivileged=1 if p["unprivileged"] else 0)
-        if p["password"]:
-            params["password"] = p["password"]
-        if p["ssh_public_keys"]:
-            params["ssh-public-keys"] = p["ssh_public_keys"]
-        if p["pool"]:
-            params["pool"] = p["pool"]
-        upid = self.call(f"creating CT {self.vmid} on node {self.node}", self.api.nodes(self.node).lxc.post, **params)
-        self.wait_task(upid, f"creating CT {self.vmid}")
-        after = self.read_config()
-        after.pop("digest", None)
-        self.result["config"] = after
-        self.result["diff"]["after"] = pc.render_conf(after)
+        self.pve.create(pve_config.create_params(config, self.vmid, self.params))
+        self.show_config_after()
 
-    def update(self, desired, delete, gpu_paths, dev_options):
-        current = self.read_config()
-        digest = current.get("digest")
-        full_desired = dict(desired)
-        full_delete = list(delete)
-        if gpu_paths is not None:
-            devices, stale = pc.plan_gpu_devices(current, gpu_paths, dev_options, reserved_keys=desired)
-            full_desired.update(devices)
-            full_delete.extend(stale)
+    def update(self, declared):
+        current = self.pve.read_config()
         if not self.params["unprivileged"] and str(current.get("unprivileged", "0")) == "1":
             self.module.warn(f"CT {self.vmid} is unprivileged; unprivileged=false only applies at creation")
         try:
-            plan = pc.plan_config(current, full_desired, full_delete)
-        except pc.ConfigError as exc:
+            plan = pve_config.plan_update(current, declared)
+        except ConfigError as exc:
             self.fail(str(exc))
-        before = {k: v for k, v in current.items() if k != "digest"}
-        after = pc.apply_plan(current, plan)
-        self.result["config"] = after
-        self.result["changes"] = dict(set=dict(plan.set), delete=list(plan.delete))
-        self.result["diff"] = dict(before=pc.render_conf(before), after=pc.render_conf(after))
+        after = pve_config.apply_plan(current, plan)
+        self.result.update(config=after, changes=plan.changes(),
+                           diff=dict(before=pve_config.render_conf(current), after=pve_config.render_conf(after)))
         if not plan.changed:
             return
         self.check_passthrough_auth(plan)
         self.result["changed"] = True
         if self.check_mode:
             return
-        params = dict(plan.set)
-        if plan.delete:
-            params["delete"] = ",".join(plan.delete)
-        if digest:
-            params["digest"] = digest
-        self.call(f"updating the config of CT {self.vmid}", self.ct.config.put, **params)
-        final = self.read_config()
-        final.pop("digest", None)
-        self.result["config"] = final
-        self.result["diff"]["after"] = pc.render_conf(final)
-        pending = self.read_pending()
+        self.pve.put_config(plan.put_params(current.get("digest")))
+        self.show_config_after()
+        pending = self.pve.read_pending()
         self.result["pending"] = pending
         if pending:
             self.module.warn(
@@ -709,55 +549,35 @@ class PveLxc:
                 "(e.g. `pct reboot`); PVE could not apply them to the running container."
             )
 
+    def show_config_after(self):
+        """The config as PVE has it after a change, in the result and the diff's 'after'."""
+        after = self.pve.read_config(with_digest=False)
+        self.result["config"] = after
+        self.result["diff"]["after"] = pve_config.render_conf(after)
+
     def start(self):
         self.result["changed"] = True
-        if self.check_mode:
-            return
-        upid = self.call(f"starting CT {self.vmid}", self.ct.status.start.post)
-        self.wait_task(upid, f"starting CT {self.vmid}")
+        if not self.check_mode:
+            self.pve.start()
 
     def stop(self):
         self.result["changed"] = True
         if self.check_mode:
             self.result["stop_method"] = "shutdown"
             return
-        shutdown_timeout = self.params["shutdown_timeout"]
-        upid = self.call(f"shutting down CT {self.vmid}", self.ct.status.shutdown.post, timeout=shutdown_timeout)
-        ok, exitstatus = self.wait_task(
-            upid,
-            f"shutting down CT {self.vmid}",
-            timeout=shutdown_timeout + 30,
-            fail=not self.params["force_stop"],
-        )
-        if ok:
-            self.result["stop_method"] = "shutdown"
-            return
-        if self.read_status() == "stopped":
-            self.result["stop_method"] = "shutdown"
-            return
-        self.module.warn(f"CT {self.vmid} did not shut down cleanly in {shutdown_timeout}s ({exitstatus}); stopping it hard")
-        upid = self.call(f"stopping CT {self.vmid}", self.ct.status.stop.post)
-        self.wait_task(upid, f"stopping CT {self.vmid}")
-        self.result["stop_method"] = "stop"
+        self.result["stop_method"] = self.pve.stop(self.params["shutdown_timeout"], self.params["force_stop"])
 
     def ensure_absent(self, exists):
         if not exists:
             self.result["status"] = "absent"
             return self.result
-        current = self.read_config()
-        current.pop("digest", None)
-        self.result["diff"] = dict(before=pc.render_conf(current), after="")
-        self.result["changed"] = True
-        self.result["status"] = "absent"
+        before = pve_config.render_conf(self.pve.read_config())
+        self.result.update(diff=dict(before=before, after=""), changed=True, status="absent")
         if self.check_mode:
             return self.result
-        if self.read_status() != "stopped":
+        if self.pve.read_status() != "stopped":
             self.stop()
-        params = {}
-        if self.params["purge"]:
-            params["purge"] = 1
-        upid = self.call(f"removing CT {self.vmid}", self.ct.delete, **params)
-        self.wait_task(upid, f"removing CT {self.vmid}")
+        self.pve.remove(self.params["purge"])
         return self.result
 
 
@@ -766,59 +586,24 @@ def connect(module):
     p = module.params
     if ProxmoxAPI is None:
         module.fail_json(msg=missing_required_lib("proxmoxer"), exception=PROXMOXER_IMPORT_ERROR)
-    if not p["api_host"]:
-        if p["api_password"] or p["api_token_id"]:
-            module.fail_json(
-                msg="api_password/api_token_id are given but api_host is not; set api_host (or PROXMOX_HOST) "
-                "to use the REST API, or drop the credentials to run pvesh on the node as root."
-            )
+    try:
+        host, kwargs, auth = pve_api.login_settings(p)
+    except ConfigError as exc:
+        module.fail_json(msg=str(exc))
+    if host is None:
         try:
-            api = ProxmoxAPI(backend="local", service="PVE")
+            return ProxmoxAPI(**kwargs), auth
         except Exception as exc:
             module.fail_json(msg=f"cannot use pvesh on this machine (no api_host given): {exc}")
-        return api, dict(method="local", user="root@pam", url="pvesh on this node")
-
-    port = p["api_port"] or 8006
-    url = f"https://{p['api_host']}:{port}"
-    verify = p["ca_path"] if (p["validate_certs"] and p["ca_path"]) else p["validate_certs"]
-    kwargs = dict(port=port, verify_ssl=verify, timeout=p["api_timeout"], service="PVE")
-    if p["api_token_id"]:
-        if not p["api_token_secret"]:
-            module.fail_json(msg="api_token_id is given without api_token_secret; give both (or api_password instead)")
-        try:
-            user, name = pc.normalize_token(p["api_user"], p["api_token_id"])
-        except pc.ConfigError as exc:
-            module.fail_json(msg=str(exc))
-        kwargs.update(user=user, token_name=name, token_value=p["api_token_secret"])
-        auth = dict(method="token", user=user, url=url)
-    elif p["api_password"]:
-        if not p["api_user"]:
-            module.fail_json(msg="api_password is given without api_user; give api_user, e.g. root@pam")
-        kwargs.update(user=p["api_user"], password=p["api_password"])
-        auth = dict(method="password", user=p["api_user"], url=url)
-    else:
-        module.fail_json(
-            msg="no credentials: give api_user with api_password (a root@pam password is needed for GPU devN entries) "
-            "or api_user with api_token_id and api_token_secret"
-        )
     if not p["validate_certs"]:
         module.warn("validate_certs is off: the API's identity is not checked. Prefer ca_path for a private CA.")
     try:
-        api = ProxmoxAPI(p["api_host"], **kwargs)
+        api = ProxmoxAPI(host, **kwargs)
         # A token is only checked on the first request; fail here with a clear message.
         api.version.get()
     except Exception as exc:
-        err = pc.classify_api_error(
-            _exc_names(exc),
-            _exc_text(exc),
-            getattr(exc, "status_code", None),
-            url=url,
-            auth_method=auth["method"],
-            api_user=auth["user"],
-            ca_path=p["ca_path"],
-            validate_certs=p["validate_certs"],
-        )
-        module.fail_json(msg=f"connecting to {url}: {err.message}", error_kind=err.kind)
+        err = pve_api.classify_exception(exc, auth, p["ca_path"], p["validate_certs"])
+        module.fail_json(msg=f"connecting to {auth['url']}: {err.message}", error_kind=err.kind)
     return api, auth
 
 

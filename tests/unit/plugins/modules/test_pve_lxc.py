@@ -10,6 +10,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_client
 from ansible_collections.inferops.gpu_inference.plugins.modules import pve_lxc
 
 proxmoxer = pytest.importorskip("proxmoxer")
@@ -173,7 +174,7 @@ DECLARED = dict(
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch):
-    monkeypatch.setattr(pve_lxc.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(pve_client.time, "sleep", lambda _s: None)
 
 
 def run(monkeypatch, capsys, fake, args, method="password"):
