@@ -170,7 +170,7 @@ def picture(sizing: Sizing) -> List[str]:
     mark = "P" if sizing.fits else "!"
     return [
         "Host memory basis %s%s" % (fmt_both(budget.basis_bytes), "" if demand <= budget.basis_bytes else "; demand %s overflows it" % fmt_gb(demand)),
-        bar(
+        stacked_bar(
             [("#", budget.reserve_bytes), ("o", budget.overhead_bytes), (mark, load.total_bytes), (".", free_after)],
             max(budget.basis_bytes, demand),
             budget.basis_bytes,
@@ -183,7 +183,7 @@ def picture(sizing: Sizing) -> List[str]:
     ]
 
 
-def bar(segments: List[Tuple[str, int]], scale_bytes: int, limit_bytes: int, width: int = 64) -> str:
+def stacked_bar(segments: List[Tuple[str, int]], scale_bytes: int, limit_bytes: int, width: int = 64) -> str:
     """A stacked text bar of the segments; a '|' marks where the memory basis ends if demand overflows it."""
     cells = ""
     for char, value in segments:

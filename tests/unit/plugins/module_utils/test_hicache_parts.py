@@ -150,9 +150,9 @@ def test_size_host_refuses_more_ranks_than_gpus():
 
 
 def test_bar_scales_segments_and_marks_the_basis():
-    assert explain.bar([("#", 1), ("P", 3)], 4, 4, width=8) == "[##PPPPPP]"
-    assert explain.bar([("#", 2), ("!", 6)], 8, 4, width=8) == "[##!!|!!!!]"
-    assert explain.bar([("#", 1), ("P", 1000)], 1001, 1001, width=8) == "[#PPPPPPPP]"  # a small segment still shows
+    assert explain.stacked_bar([("#", 1), ("P", 3)], 4, 4, width=8) == "[##PPPPPP]"
+    assert explain.stacked_bar([("#", 2), ("!", 6)], 8, 4, width=8) == "[##!!|!!!!]"
+    assert explain.stacked_bar([("#", 1), ("P", 1000)], 1001, 1001, width=8) == "[#PPPPPPPP]"  # a small segment still shows
 
 
 def test_picture_shows_the_models_figures():

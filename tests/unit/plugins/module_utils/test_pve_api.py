@@ -157,6 +157,7 @@ def test_exception_text_and_classify_exception():
     class ConnectionError(Exception):  # noqa: A001 (named as requests names it)
         pass
 
+    caught = None
     try:
         try:
             raise OSError("[Errno 111] Connection refused")
@@ -164,6 +165,7 @@ def test_exception_text_and_classify_exception():
             raise ConnectionError("Max retries exceeded") from inner
     except ConnectionError as exc:
         caught = exc
+    assert caught is not None
     assert pa.exception_names(caught)[:2] == ["ConnectionError", "Exception"]
     assert pa.exception_text(caught) == "Max retries exceeded ([Errno 111] Connection refused)"
     err = pa.classify_exception(caught, {"method": "password", "user": "root@pam", "url": "https://pve1:8006"})

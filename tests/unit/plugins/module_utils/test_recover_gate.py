@@ -216,8 +216,13 @@ KMSG_OK = {"records": [], "since": 100, "error": None}
 XID_GPU6 = "NVRM: Xid (PCI:0000:DB:00): %d, pid=1, name=python3, text"
 
 
-def judged(samples=None, baseline=BASE, status="running", service=None, kernel=KMSG_OK, **kw):
+_DEFAULT = object()  # judged() without baseline= or kernel= uses BASE / KMSG_OK; None means "none" there
+
+
+def judged(samples=None, baseline=_DEFAULT, status="running", service=None, kernel=_DEFAULT, **kw):
     samples = samples if samples is not None else [sample(), sample()]
+    baseline = BASE if baseline is _DEFAULT else baseline
+    kernel = KMSG_OK if kernel is _DEFAULT else kernel
     return gate.judge(samples, baseline, TOL, baseline_path="/b/131.json", container_status=status,
                       service_state=service, kernel=kernel, **kw)
 
