@@ -31,7 +31,12 @@ options:
       - One flat dict of facts and policy.
       - Required keys C(mem_total_bytes), C(mem_available_bytes) (MemTotal and MemAvailable of the host or container, bytes),
         C(gpu_count), C(gpu_memory_mib) (per GPU), C(sglang_version).
-      - Layout keys C(tp_size), C(pp_size), C(dp_size), C(enable_dp_attention), C(nnodes) (defaults 1, 1, 1, false, 1).
+      - Layout keys C(tp_size), C(pp_size), C(dp_size), C(enable_dp_attention), C(nnodes) (defaults 1, 1, 1, false, 1);
+        C(attn_dp_size) (SGLang 0.5.22+'s C(--attn-dp-size), the same ranks as C(dp_size) N with C(enable_dp_attention); not
+        with C(dp_size) > 1).
+      - C(draft_kv_bytes_per_token) a sidecar speculative draft model's (EAGLE3 and similar) KV bytes per token per rank, all
+        its layers; SGLang gives it a host pool of the target's token count outside C(--hicache-size), which the plan
+        prices. NextN/MTP layers packed into the target pool need nothing here.
       - C(mem_limit_bytes) the container's memory limit (omit or null when none).
       - The KV size per token per rank, either C(kv_bytes_per_token) (not for DSA models), or C(model_preset) (C(kimi-k2),
         C(deepseek-v3), C(deepseek-v3.2), C(glm-5), C(llama-3-70b), C(llama-3-8b)), or geometry C(model_num_layers) with
@@ -108,6 +113,13 @@ _value:
       type: int
     indexer_pool_bytes_per_rank:
       description: Bytes of the dearest rank's DSA indexer host pool (0 for other models).
+      type: int
+    draft_pool_bytes_per_rank:
+      description: Bytes of the dearest rank's speculative draft host pool as priced (0 without C(draft_kv_bytes_per_token)).
+      type: int
+    policy_headroom_bytes:
+      description: What the policy keeps back from the pools, the OS reserve plus the processes' overhead and other
+        commitments; the explanation says why.
       type: int
     pinned_per_rank_bytes:
       description: Bytes the dearest rank commits for its pools (power-of-two rounded up to 0.5.4; KV and indexer pools).

@@ -76,6 +76,8 @@ def _figures(sizing: Sizing) -> Dict[str, Any]:
         "device_pool_tokens_per_rank": inp.device_pool_tokens_per_rank,
         "kv_pool_bytes_per_rank": load.rank.kv_bytes,
         "indexer_pool_bytes_per_rank": load.rank.index_bytes,
+        "draft_pool_bytes_per_rank": load.rank.draft_bytes,
+        "policy_headroom_bytes": budget.reserve_bytes + budget.overhead_bytes,
         "pinned_per_rank_bytes": load.rank.charged_bytes,
         "total_pinned_bytes": load.total_bytes,
         "engine_pinned_bytes": load.engine_bytes,

@@ -64,6 +64,18 @@ def _budget_lines(sizing: Sizing) -> List[str]:
     if budget.other_committed_bytes:
         lines.append("  - committed to other engines/services: %s" % fmt_gb(budget.other_committed_bytes))
     lines.append("  = budget for host KV pools: %s, %s per rank." % (fmt_gb(budget.budget_bytes), fmt_gb(budget.per_rank_budget_bytes)))
+    lines.append(headroom_text(sizing))
+    if inp.attn_dp_size > 1:
+        lines.append(
+            "Attention DP: --attn-dp-size %d splits the %d TP ranks into %d attention groups (SGLang 0.5.22+, "
+            "arg_groups/parallel_hook.py); it starts no extra processes." % (inp.attn_dp_size, inp.tp_size, inp.attn_dp_size)
+        )
+    if pools.draft_bytes:
+        lines.append(
+            "Speculative draft: SGLang gives the draft model a host pool of the target pool's token count outside "
+            "--hicache-size (hybrid_pool_assembler.build_full_draft_pools): %s per rank at %d bytes per token, priced in."
+            % (fmt_gb(pools.draft_bytes), inp.draft_kv_bytes_per_token)
+        )
     lines.append("KV per token per rank: %d bytes (%s)." % (sizing.shown.choice.largest.kv_bytes_per_token, inp.kv_source))
     if inp.dsa and rules.dsa_indexer == "outside":
         lines.append(
@@ -80,6 +92,25 @@ def _budget_lines(sizing: Sizing) -> List[str]:
             "expensive stage is priced." % rules
         )
     return lines
+
+
+def headroom_text(sizing: Sizing) -> str:
+    """How much the policy keeps back from the pools, and why (docs/sizing.md, "Policy defaults and why")."""
+    budget, pol = sizing.budget, sizing.inp.policy
+    kept = budget.reserve_bytes + budget.overhead_bytes
+    return (
+        "Headroom the policy keeps: %s (%d%% of %s RAM) for the OS reserve and %d ranks' and the front-end's processes; "
+        "the per-rank %s and front-end %s are this collection's budget, not a measured SGLang figure (none is published): "
+        "the deploy's verify reports what the running processes use, so measure and override them."
+        % (
+            fmt_gb(kept),
+            round(100 * kept / budget.ram_bytes) if budget.ram_bytes else 0,
+            fmt_gib(budget.ram_bytes),
+            sizing.ranks,
+            fmt_gib(pol["rank_overhead_bytes"]),
+            fmt_gib(pol["frontend_overhead_bytes"]),
+        )
+    )
 
 
 def _requested_lines(sizing: Sizing) -> List[str]:

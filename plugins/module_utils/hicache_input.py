@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_geometry import GEOMETRY_KEYS, kv_choices
@@ -24,6 +24,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_rel
     SglangVersion,
     behaviour_releases,
     parse_version,
+    rules_for,
 )
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import (
     GB_BYTES,
@@ -64,8 +65,10 @@ _OPTIONAL_KEYS = (
         "pp_size",
         "dp_size",
         "enable_dp_attention",
+        "attn_dp_size",
         "nnodes",
         "kv_bytes_per_token",
+        "draft_kv_bytes_per_token",
         "model_preset",
         "kv_cache_dtype",
         "device_pool_tokens_per_rank",
@@ -99,6 +102,8 @@ class PlanInput:
     dsa: bool = False
     device_pool_tokens_per_rank: Optional[int] = None
     requested_gb: Optional[int] = None
+    attn_dp_size: int = 1  # as given (--attn-dp-size); dp_size / enable_dp_attention then carry it
+    draft_kv_bytes_per_token: int = 0  # a sidecar draft model's KV bytes per token per rank (0: none)
     policy: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 
@@ -113,7 +118,7 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
     version = parse_version(data["sglang_version"])
     release_keys, version_warning = behaviour_releases(version)
     warnings: List[str] = [version_warning] if version_warning else []
-    releases = [Rules(r) for r in release_keys]
+    releases = rules_for(version, release_keys)
 
     total, available, limit = _memory_facts(data, warnings)
     gpu_count = ranged_int("gpu_count", data["gpu_count"])
@@ -129,6 +134,9 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
     dp_attention = as_bool("enable_dp_attention", given("enable_dp_attention", False))
     if dp == 1:
         dp_attention = False  # SGLang turns it off with dp_size 1 (_handle_data_parallelism)
+    attn_dp = _attn_dp_size(data.get("attn_dp_size"), releases, version, tp, dp)
+    if attn_dp > 1:
+        dp, dp_attention = attn_dp, True  # the same ranks as the deprecated --dp-size N --enable-dp-attention
 
     # SGLang's start-up checks, as the newest candidate release words them.
     placement = place_ranks(tp, pp, dp, dp_attention, nnodes, max(release_keys))
@@ -153,6 +161,10 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
     if data.get("device_pool_tokens_per_rank") is not None:
         device_tokens = ranged_int("device_pool_tokens_per_rank", data["device_pool_tokens_per_rank"])
 
+    draft = _draft_kv_bytes_per_token(data.get("draft_kv_bytes_per_token"))
+    if draft:
+        choices = [replace(choice, draft_kv_bytes_per_token=draft) for choice in choices]
+
     return PlanInput(
         mem_total_bytes=total,
         mem_available_bytes=available,
@@ -172,9 +184,57 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
         dsa=dsa,
         device_pool_tokens_per_rank=device_tokens,
         requested_gb=_requested_gb(data.get("requested_gb"), total),
+        attn_dp_size=attn_dp,
+        draft_kv_bytes_per_token=draft,
         policy=policy,
         warnings=warnings,
     )
+
+
+def _attn_dp_size(raw: Any, releases: List[Rules], version: SglangVersion, tp: int, dp: int) -> int:
+    """--attn-dp-size (SGLang 0.5.22+, arg_groups/parallel_hook.py): attention DP groups over the TP ranks,
+    no extra processes.  Refused as SGLang refuses it: with dp_size > 1, or tp_size not a multiple of it."""
+    if raw is None:
+        return 1
+    attn_dp = as_int("attn_dp_size", raw, 1)
+    if attn_dp > 1024:
+        raise PlanError("attn_dp_size=%d is implausible (at most 1024): it is SGLang's --attn-dp-size, the attention DP groups" % attn_dp)
+    if attn_dp == 1:
+        return 1
+    older = [str(r) for r in releases if not r.has_attn_dp_size]
+    if older:
+        raise PlanError(
+            "attn_dp_size is SGLang 0.5.22's --attn-dp-size, which SGLang %s (as %s) does not have (its argparse exits): "
+            "give dp_size %d with enable_dp_attention: true instead, the spelling every release takes"
+            % (version, " / ".join(older), attn_dp)
+        )
+    if dp > 1:
+        raise PlanError(
+            "SGLang refuses --dp-size %d with --attn-dp-size %d: \"data-parallel replicas combined with attention data "
+            "parallelism are not supported\" (arg_groups/parallel_hook.py handle_data_parallelism); give one of them"
+            % (dp, attn_dp)
+        )
+    if tp % attn_dp:
+        raise PlanError(
+            "SGLang refuses --attn-dp-size %d with --tp-size %d: it asserts tp_size %% attn_dp_size == 0 (the attention DP "
+            "groups split the TP ranks; arg_groups/parallel_hook.py handle_data_parallelism); use a tp_size it divides"
+            % (attn_dp, tp)
+        )
+    return attn_dp
+
+
+def _draft_kv_bytes_per_token(raw: Any) -> int:
+    """A sidecar draft model's KV bytes per token on one rank (all its layers; EAGLE3 and similar): SGLang gives it
+    a host pool of the target pool's token count, outside --hicache-size (hybrid_pool_assembler.build_full_draft_pools)."""
+    if raw is None:
+        return 0
+    value = as_int("draft_kv_bytes_per_token", raw, 0)
+    if value and not 64 <= value <= 64 * 2**20:
+        raise PlanError(
+            "draft_kv_bytes_per_token=%d is implausible: it is the draft model's KV bytes per token on one rank "
+            "(for example 1 layer x 2 x 8 KV heads x 128 x 2 bytes = 4096), between 64 B and 64 MiB; 0 for no draft pool" % value
+        )
+    return value
 
 
 def _check_keys(data: Mapping[str, Any]) -> None:

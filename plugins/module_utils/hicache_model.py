@@ -185,6 +185,13 @@ def sglang_guard(pools: RankPools, inp: PlanInput, rules: Rules) -> GuardCheck:
             if rules.release <= (0, 5, 21)
             else "min(MemAvailable, cgroup limit - (usage - file cache))"
         )
+    if rules.release >= (0, 5, 22):
+        # host_memory._cgroup_memory_headroom walks up only to the cgroup mount's root (a container's
+        # namespace root); a limit set above it is not seen, and an explicit size falls back to MemAvailable.
+        basis_text += (
+            " (SGLang's cgroup walk stops at the cgroup mount's root, a container's namespace root: a limit set above "
+            "it is not seen, and MemAvailable, lxcfs's inside an LXC container, bounds)"
+        )
     free = available - SGLANG_RESERVE_BYTES
     requested = pools.requested_bytes
     if rules.guard_divisor == "none":
@@ -203,12 +210,14 @@ def sglang_guard(pools: RankPools, inp: PlanInput, rules: Rules) -> GuardCheck:
         text = "(%s - 10 GiB) / %d ranks (%s) = %s per rank" % (basis_text, divisor, rules.guard_divisor, fmt_gb(limit))
         if rules.dsa_indexer == "outside" and pools.index_requested_bytes:
             text += "; the indexer pool (%s) is checked the same way, on its own" % fmt_gb(pools.index_requested_bytes)
-    passes = requested <= limit and pools.index_requested_bytes <= limit
+    if pools.draft_requested_bytes:
+        text += "; the draft pool (%s) is checked the same way, on its own" % fmt_gb(pools.draft_requested_bytes)
+    passes = requested <= limit and pools.index_requested_bytes <= limit and pools.draft_requested_bytes <= limit
     # A rank that starts after its peers pinned their pools sees them gone from MemAvailable
     # but still divides by all ranks (sglang#38156): the worst case is the last of them.
     peers = divisor - 1 if rules.guard_divisor != "none" else placement.ranks_per_node - 1
     late_limit = (free - peers * pools.charged_bytes) // divisor
-    late_passes = requested <= late_limit and pools.index_requested_bytes <= late_limit
+    late_passes = requested <= late_limit and pools.index_requested_bytes <= late_limit and pools.draft_requested_bytes <= late_limit
     if rules.guard_divisor != "none" and divisor != placement.ranks_per_node:
         why = []
         if placement.replicas > 1:
@@ -291,9 +300,9 @@ def size_host(inp: PlanInput) -> Sizing:
     max_by_case = [largest_fitting_size_gb(budget.budget_bytes, case, hosts[id(case.choice)], page) for case in cases]
     max_gb = min(max_by_case)
     device_cases = [case for case in cases if case.rules.asserts_host_exceeds_device]
-    min_gb = _device_minimum_gb(inp, device_cases, max_gb, warnings)
-
     chosen = inp.requested_gb if inp.requested_gb is not None else max_gb
+    min_gb = _device_minimum_gb(inp, device_cases, max_gb, chosen, warnings)
+
     fits_budget = 1 <= chosen <= max_gb
     fits_device = not (device_cases and inp.device_pool_tokens_per_rank is not None and chosen >= 1 and chosen < min_gb)
 
@@ -335,24 +344,26 @@ def size_host(inp: PlanInput) -> Sizing:
     )
 
 
-def _device_minimum_gb(inp: PlanInput, device_cases: List[Case], max_gb: int, warnings: List[str]) -> int:
+def _device_minimum_gb(inp: PlanInput, device_cases: List[Case], max_gb: int, chosen_gb: int, warnings: List[str]) -> int:
     """Up to 0.5.14 the host pool must hold more tokens than the device pool, or start-up asserts: the
-    smallest size that does (exactly, with device_pool_tokens_per_rank; else 1, with a warning when the GPU
-    memory could hold more tokens)."""
+    smallest size that does (exactly, with device_pool_tokens_per_rank; else 1, with a warning asking for it
+    when the GPU memory could hold more tokens than the chosen size gives the host pool)."""
     page = inp.policy["page_size"]
     device_tokens = inp.device_pool_tokens_per_rank
     if device_cases and device_tokens is not None:
         ceiling = max(max_gb, inp.requested_gb or 0, 1)
         needed = [smallest_size_above_device(case, page, device_tokens, ceiling) for case in device_cases]
         return ceiling + 1 if any(n is None for n in needed) else max([1] + [n for n in needed if n is not None])
-    if device_cases and max_gb >= 1:
-        worst = min(case.pools(max_gb, page).min_tokens for case in device_cases)
+    if device_cases and chosen_gb >= 1:
+        worst = min(case.pools(chosen_gb, page).min_tokens for case in device_cases)
         gpu_tokens_bound = inp.gpu_memory_mib * MIB_BYTES // min(c.choice.largest.kv_bytes_per_token for c in device_cases)
         if worst <= gpu_tokens_bound:
             warnings.append(
-                "SGLang %s asserts at start-up that the host pool holds more tokens than the device pool; "
-                "%d host tokens per rank do not exceed what %d MiB of GPU memory could hold. Pass "
-                "device_pool_tokens_per_rank (max_total_num_tokens from /server_info) to check it"
-                % (" / ".join(str(c.rules) for c in device_cases[:1]), worst, inp.gpu_memory_mib)
+                "SGLang %s asserts at start-up that the host pool holds more tokens than the device pool (\"The host "
+                "memory should be larger than the device memory with the current protocol\"; memory_pool_host.py): at "
+                "--hicache-size %d a rank's host pool holds %d tokens, which do not exceed what %d MiB of GPU memory "
+                "could hold, so start-up may fail. Pass device_pool_tokens_per_rank (max_total_num_tokens from "
+                "/server_info, or the scheduler's log line) and the plan checks it exactly"
+                % (" / ".join(str(c.rules) for c in device_cases[:1]), chosen_gb, worst, inp.gpu_memory_mib)
             )
     return 1

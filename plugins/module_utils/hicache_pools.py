@@ -142,6 +142,7 @@ class KvChoice:
     smaller_stages_unknown: bool
     label: str
     stage_of_rank: Tuple[int, ...] = (0,)  # index into stages of each PP rank
+    draft_kv_bytes_per_token: int = 0  # a sidecar draft model's host pool (0: none)
 
     @property
     def largest(self) -> Stage:
@@ -160,9 +161,15 @@ class RankPools:
     requested_bytes: int  # what SGLang's own check compares (the KV pool, indexer included up to 0.5.18)
     index_requested_bytes: int  # what 0.5.19+ checks for the separate indexer pool
     charged_bytes: int  # host memory the rank really takes for its pools
+    draft_bytes: int = 0  # the sidecar draft pool (outside --hicache-size)
+    draft_requested_bytes: int = 0  # what SGLang's own check compares for the draft pool
 
 
 NO_POOLS = RankPools(0, 0, 0, 0, 0, 0, 0)
+
+#: The draft pool takes the target pool's token count (pool_host/base.py host_token_capacity, 0.5.22+);
+#: releases that derive it from a ratio instead may align it one page up: priced with two pages more.
+DRAFT_SLACK_PAGES = 2
 
 
 def pow2_ceil(value: int) -> int:
@@ -221,6 +228,14 @@ def stage_pools(size_gb: int, choice: KvChoice, page_size: int, rules: Rules) ->
             else:
                 charged += charge_buffer(index_bytes, rules)
                 index_requested = tokens * stage.index_bytes_per_token_per_layer * stage.layers
+        draft_bytes = 0
+        if choice.draft_kv_bytes_per_token:
+            draft_tokens = tokens
+            if choice.smaller_stages_unknown and not rules.pp_min_tokens:
+                # The draft pool follows the stage's token count; an unknown stage of get_pp_indices' even split
+                # holds at least half the largest stage's layers, so at most twice its tokens.
+                draft_tokens = max(tokens, size_bytes // max(1, stage.kv_bytes_per_token // 2))
+            draft_bytes = (draft_tokens + DRAFT_SLACK_PAGES * page_size) * choice.draft_kv_bytes_per_token
         if choice.smaller_stages_unknown and not rules.pp_min_tokens:
             # Each stage rounds its own count (up to 0.5.14) and the smaller stages are unknown: a
             # stage of b <= kv bytes per token pins at most size + page x b (aligned up) or size.
@@ -234,7 +249,9 @@ def stage_pools(size_gb: int, choice: KvChoice, page_size: int, rules: Rules) ->
                 index_bytes=index_bytes,
                 requested_bytes=tokens * per_token(stage),
                 index_requested_bytes=index_requested,
-                charged_bytes=charged,
+                charged_bytes=charged + charge_buffer(draft_bytes, rules),
+                draft_bytes=draft_bytes,
+                draft_requested_bytes=tokens * choice.draft_kv_bytes_per_token,
             )
         )
     return pools
@@ -257,6 +274,8 @@ def rank_pools(size_gb: int, choice: KvChoice, page_size: int, rules: Rules) -> 
         requested_bytes=worst.requested_bytes,
         index_requested_bytes=worst.index_requested_bytes,
         charged_bytes=worst.charged_bytes,
+        draft_bytes=worst.draft_bytes,
+        draft_requested_bytes=worst.draft_requested_bytes,
     )
 
 

@@ -47,14 +47,21 @@ class Rules:
     """The HiCache host-memory behaviour of one SGLang release (docs/sizing.md, table of rules)."""
 
     release: Release
+    post: int = 0  # the post number of a post release of ``release`` whose code was read (EXACT_PIN_FROM_POST)
 
     def __str__(self) -> str:
-        return release_text(self.release)
+        return release_text(self.release) + (".post%d" % self.post if self.post else "")
 
     @property
     def pins_power_of_two(self) -> bool:
-        """Up to 0.5.4 torch's pinned allocator rounds each pool up to the next power of two."""
-        return self.release <= (0, 5, 4)
+        """Up to 0.5.4 torch's pinned allocator rounds each pool up to the next power of two;
+        0.5.4.post2 and later post releases of 0.5.4 already register exactly (cudaHostRegister)."""
+        return self.release <= (0, 5, 4) and self.post < EXACT_PIN_FROM_POST.get(self.release, 1 << 30)
+
+    @property
+    def has_attn_dp_size(self) -> bool:
+        """From 0.5.22 attention DP is ``--attn-dp-size N``; ``--enable-dp-attention`` maps to it."""
+        return self.release >= (0, 5, 22)
 
     @property
     def pages_align_up(self) -> bool:
@@ -111,6 +118,7 @@ class SglangVersion:
     patch: int
     pre: bool = False
     post: bool = False
+    post_number: int = 0
     dev: bool = False
     local: bool = False
 
@@ -148,6 +156,7 @@ def parse_version(value: Any) -> SglangVersion:
         patch=int(match.group(3)),
         pre=match.group(4) is not None,
         post=match.group(6) is not None,
+        post_number=int(match.group(7) or 0) if match.group(6) is not None else 0,
         dev=match.group(8) is not None,
         local=match.group(10) is not None,
     )
@@ -217,7 +226,22 @@ def behaviour_releases(version: SglangVersion) -> Tuple[List[Release], Optional[
 def release_rules(version: Any) -> List[Rules]:
     """The rules of every release ``version`` (text, SglangVersion) may behave as."""
     parsed = version if isinstance(version, SglangVersion) else parse_version(version)
-    return [Rules(r) for r in behaviour_releases(parsed)[0]]
+    return rules_for(parsed, behaviour_releases(parsed)[0])
+
+
+#: Releases whose post releases were read and changed the allocation: from this post number the pools
+#: are registered exactly (0.5.4.post2 and .post3: mem_cache/memory_pool_host.py init_kv_buffer,
+#: cudaHostRegister, the same file as 0.5.5's; 0.5.4.post1 pins as 0.5.4).
+EXACT_PIN_FROM_POST: Dict[Release, int] = {(0, 5, 4): 2}
+
+
+def rules_for(version: SglangVersion, releases: Sequence[Release]) -> List[Rules]:
+    """The Rules of each release a version may carry.  A post release of X whose post releases were read
+    (``EXACT_PIN_FROM_POST``) carries X's rules with its post number, which the Rules properties key on;
+    any other post release carries X's rules, or the next release's."""
+    if version.post and version.key in EXACT_PIN_FROM_POST:
+        return [Rules(r, post=version.post_number) if r == version.key else Rules(r) for r in releases]
+    return [Rules(r) for r in releases]
 
 
 def rules_of(version: Any) -> Rules:

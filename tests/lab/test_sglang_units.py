@@ -197,3 +197,14 @@ def test_defaults_are_in_the_choice_lists():
     for version in ["0.5.2", "0.5.23"]:
         args = prepare_server_args(["--model-path", "/m"], version)
         assert args["load_format"] == "auto" and args["schedule_policy"] == "fcfs"
+
+
+def test_attn_dp_size_from_0_5_22_runs_the_ranks_of_dp_attention_and_is_refused_as_sglang_refuses_it():
+    args = _args(["--tp", "4", "--attn-dp-size", "4"], "0.5.23")
+    assert args["dp_size"] == 4 and args["enable_dp_attention"] is True
+    with pytest.raises(ValueError, match="replicas combined with attention data parallelism"):
+        _args(["--tp", "4", "--dp", "2", "--attn-dp-size", "2"], "0.5.22")
+    with pytest.raises(AssertionError):
+        _args(["--tp", "4", "--attn-dp-size", "3"], "0.5.23")
+    with pytest.raises(SystemExit):
+        _args(["--tp", "4", "--attn-dp-size", "4"], "0.5.21")

@@ -59,7 +59,13 @@ def releases_of(version: str) -> List[Tuple[int, int, int]]:
     out = set()
     is_post = "post" in rest
     is_pre = bool(re.search(r"(rc|a|b|alpha|beta|pre|dev)\d*", rest.split("+")[0])) and not is_post
-    if is_post:
+    post = re.match(r"^[.\-_]?(?:post|rev|r)[.\-_]?(\d*)", rest)
+    if is_post and base == (0, 5, 4) and post and int(post.group(1) or 0) >= 2:
+        # 0.5.4.post2 and .post3 carry 0.5.5's memory_pool_host.py (torch.empty + cudaHostRegister, read in
+        # both wheels); as a 4-tuple it sorts after 0.5.4 and before 0.5.5 in every rule's comparison.
+        out.add((0, 5, 4, int(post.group(1))))
+        out.add(after[0])
+    elif is_post:
         out.add(base if base in RELEASES else before[-1])
         if after:
             out.add(after[0])
@@ -148,6 +154,17 @@ def outcome(inp: Dict, hidden: Dict, release: Tuple[int, int, int], hicache_size
     dpa = str(inp.get("enable_dp_attention", False)).lower() in ("true", "1", "yes", "on")
     if dp == 1:
         dpa = False
+    attn_dp = int(inp.get("attn_dp_size") or 1)
+    if attn_dp > 1:
+        # --attn-dp-size arrived in 0.5.22 (arg_groups/fields/parallel.py); older argparse exits on it.
+        if release < (0, 5, 22):
+            return Outcome(refused="unrecognized arguments: --attn-dp-size")
+        # arg_groups/parallel_hook.py handle_data_parallelism
+        if dp > 1:
+            return Outcome(refused="data-parallel replicas combined with attention data parallelism")
+        if tp % attn_dp:
+            return Outcome(refused="tp % attn_dp")
+        dp, dpa = attn_dp, True  # num_dp_ranks = dp x attn_dp; one TP group, as DP attention
     policy = dict(POLICY_DEFAULTS)
     policy.update({k: v for k, v in inp.items() if k in POLICY_DEFAULTS and v is not None})
     page = int(policy["page_size"])
@@ -233,6 +250,12 @@ def outcome(inp: Dict, hidden: Dict, release: Tuple[int, int, int], hicache_size
         kv, n = per_stage[stage]
         os_page = hidden.get("os_page", 4096)
         total = _rss(size * kv, release, os_page)
+        draft = int(inp.get("draft_kv_bytes_per_token") or 0)
+        if draft:
+            # build_full_draft_pools: 0.5.23 host_token_capacity = the target's logical size; 0.5.22 and before
+            # a ratio of it, then one page more (pool_host/base.py); releases not read are taken the same way.
+            draft_tokens = size if release >= (0, 5, 23) else (size // page + 1) * page
+            total += _rss(draft_tokens * draft, release, os_page)
         if index_layer and n:
             indexer_page_num = (size + page + 1) // page
             per_layer_bytes = indexer_page_num * page * index_layer

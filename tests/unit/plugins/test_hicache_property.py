@@ -37,7 +37,7 @@ MIN_LAYOUTS = int(os.environ.get("HICACHE_PROPERTY_MIN_LAYOUTS", "0"))
 MIN_PLANNED = int(os.environ.get("HICACHE_PROPERTY_MIN_PLANNED", "0"))
 
 FINAL = ["0.4.9", "0.4.10"] + ["0.5.%d" % n for n in range(1, 24)]
-SUFFIXES = ["", "", "", "", "rc0", "rc2", ".dev0", ".post1", ".post2", "+cu128", "rc1+local"]
+SUFFIXES = ["", "", "", "", "rc0", "rc2", ".dev0", ".post1", ".post2", ".post3", "+cu128", "rc1+local"]
 GARBAGE = st.one_of(
     st.none(),
     st.booleans(),
@@ -56,7 +56,7 @@ NUMERIC_KEYS = [
     "nnodes", "kv_bytes_per_token", "model_num_layers", "model_kv_lora_rank", "model_qk_rope_head_dim", "model_num_kv_heads",
     "model_head_dim", "model_index_head_dim", "model_num_attention_heads", "device_pool_tokens_per_rank", "requested_gb",
     "os_reserve_min_bytes", "os_reserve_fraction", "rank_overhead_bytes", "frontend_overhead_bytes", "other_committed_bytes",
-    "other_engine_ranks", "page_size",
+    "other_engine_ranks", "page_size", "attn_dp_size", "draft_kv_bytes_per_token",
 ]
 KEYS = [
     "mem_total_bytes", "mem_available_bytes", "mem_limit_bytes", "gpu_count", "gpu_memory_mib", "sglang_version",
@@ -64,7 +64,8 @@ KEYS = [
     "model_attention", "model_num_layers", "model_kv_lora_rank", "model_qk_rope_head_dim", "model_num_kv_heads",
     "model_head_dim", "model_index_head_dim", "model_num_attention_heads", "kv_cache_dtype",
     "device_pool_tokens_per_rank", "requested_gb", "os_reserve_min_bytes", "os_reserve_fraction", "rank_overhead_bytes",
-    "frontend_overhead_bytes", "other_committed_bytes", "other_engine_ranks", "page_size",
+    "frontend_overhead_bytes", "other_committed_bytes", "other_engine_ranks", "page_size", "attn_dp_size",
+    "draft_kv_bytes_per_token",
 ]
 
 BOOL = st.booleans()
@@ -91,6 +92,8 @@ def between(draw, low, high):
 
 @st.composite
 def versions(draw):
+    if pick(draw, range(40)) == 0:
+        return pick(draw, ["0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.4.post3+cu128"])  # read post releases
     base = pick(draw, FINAL + ["0.5.0", "0.5.24", "0.6.1"])
     suffix = pick(draw, SUFFIXES)
     if base == "0.4.9" and suffix and not suffix.startswith(".post"):
@@ -157,14 +160,24 @@ def layouts(draw):
             tp = max(1, tp // 2)
     if (tp * pp) % nnodes and pick(draw, range(8)) != 7:
         tp *= nnodes  # mostly layouts SGLang accepts; the rest checks the refusal
+    version = draw(versions())
     inp = {
-        "sglang_version": draw(versions()),
+        "sglang_version": version,
         "tp_size": tp,
         "pp_size": pp,
         "dp_size": dp,
         "enable_dp_attention": dpa,
         "nnodes": nnodes,
     }
+    candidates = oracle.releases_of(version)
+    one_side = all(r >= (0, 5, 22) for r in candidates) or all(r < (0, 5, 22) for r in candidates)
+    newer = all(r >= (0, 5, 22) for r in candidates)
+    if dpa and dp > 1 and one_side and pick(draw, range(2 if newer else 24)) == 0:
+        # the same layout spelled --attn-dp-size (0.5.22+); sometimes with dp_size too (refused)
+        inp["attn_dp_size"] = dp
+        if pick(draw, range(8)) != 7:
+            inp["dp_size"] = 1
+            inp["enable_dp_attention"] = draw(BOOL)
     geometry, hidden = draw(model(pp, max(1, tp // dp) if (dpa and dp > 1) else tp))
     inp.update(geometry)
     total = between(draw, 16, 8192) * GIB + between(draw, 0, GIB - 1)
@@ -192,6 +205,8 @@ def layouts(draw):
         inp["page_size"] = pick(draw, [1, 16, 32, 64, 64, 128, 256])
     if draw(BOOL):
         inp["device_pool_tokens_per_rank"] = between(draw, 1000, 5_000_000)
+    if pick(draw, range(4)) == 0:
+        inp["draft_kv_bytes_per_token"] = pick(draw, [1024, 4096, 18432, 70272, between(draw, 64, 200_000)])
     if draw(BOOL):
         inp["requested_gb"] = min(64 * total // 10**9, draw(st.one_of(st.integers(1, 64), st.integers(1, 2000))))
     hidden.update(os_page=pick(draw, [4096, 65536]), gpu_sm=pick(draw, [90, 100]), nsa_trtllm=draw(BOOL))
@@ -282,7 +297,8 @@ def _check_layout(inp, hidden, stats):
 
 def _reason(text):
     for needle in ("divisible by number of nodes", "multi-node data", "tp_size must be divisible by dp_size", "never start",
-                   "GPU ranks on each host", "attention heads", "KV heads", "more than the model's", "DSA only supports"):
+                   "GPU ranks on each host", "attention heads", "KV heads", "more than the model's", "DSA only supports",
+                   "attention data parallelism", "attn_dp_size is SGLang 0.5.22", "--attn-dp-size"):
         if needle in text:
             return needle
     return text[len("hicache_plan: "):][:50]

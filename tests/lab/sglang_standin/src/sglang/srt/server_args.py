@@ -62,6 +62,9 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--data-parallel-size", "--dp-size", "--dp", dest="dp_size", type=int, default=1)
     a("--expert-parallel-size", "--ep-size", "--ep", dest="ep_size", type=int, default=1)
     a("--enable-dp-attention", action="store_true")
+    if v >= (0, 5, 22):
+        # arg_groups/fields/parallel.py attn_dp_size (0.5.22, 0.5.23); older releases exit 2 on the flag
+        a("--attn-dp-size", dest="attn_dp_size", type=int, default=1)
     a("--base-gpu-id", type=int, default=0)
     a("--gpu-id-step", type=int, default=1)
     a("--random-seed", type=int, default=None)
@@ -161,6 +164,16 @@ def prepare_server_args(argv, version: str) -> dict:
             args["hicache_ratio"] = 2.0 if args["hicache_host_memory_mode"] == "cache" else 1.2
     args["_explicit_hicache_ratio"] = explicit_ratio
 
+    if v >= (0, 5, 22) and args.get("attn_dp_size", 1) != 1:
+        # arg_groups/parallel_hook.py handle_data_parallelism (0.5.22, 0.5.23); the stand-in then runs the same
+        # ranks as the deprecated --dp-size N --enable-dp-attention (handle_deprecated_dp_attention)
+        if args["attn_dp_size"] < 1:
+            raise ValueError("--attn-dp-size must be positive (got %d)." % args["attn_dp_size"])
+        if args["dp_size"] > 1:
+            raise ValueError("--dp-size %d with --attn-dp-size %d: data-parallel replicas combined with attention data "
+                             "parallelism are not supported." % (args["dp_size"], args["attn_dp_size"]))
+        assert args["tp_size"] % args["attn_dp_size"] == 0
+        args["dp_size"], args["enable_dp_attention"] = args["attn_dp_size"], True
     # _handle_data_parallelism (0.5.9 server_args.py): DP attention is switched off with dp_size 1.
     if args["dp_size"] == 1:
         args["enable_dp_attention"] = False
