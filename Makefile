@@ -26,7 +26,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/
             "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
 .PHONY: help setup setup-core test check unit property pure lint sanity controller-requirements lab lab-down lab-test \
-        molecule demo plan bench clean device-check awx-check
+        molecule demo plan bench clean device-check awx-check corpus safety-doc
 
 help:
 	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
@@ -74,7 +74,18 @@ PURE_TESTS := tests/lab/test_sglang_units.py tests/lab/test_pve_units.py
 pure: setup
 	"$(BIN)/python" -m pytest -q -p no:cacheprovider $(PURE_TESTS)
 
-check: unit pure lint awx-check
+check: unit pure lint awx-check corpus
+
+# The playbook-level input corpus (tests/corpus/inputs/: bad, tricky and forged extra variables through every input
+# path, each with the message it must produce): every case in-process, a representative third through the real
+# playbooks (ansible-playbook, ansible-runner as AWX runs a job), in parallel. Offline; about half a minute.
+corpus: setup
+	"$(BIN)/python" tests/corpus/run_inputs.py
+
+# docs/safety.md's list of each playbook's extra variables, regenerated from the roles' argument_specs and the
+# playbooks (a unit test fails while it differs).
+safety-doc: setup
+	"$(BIN)/python" tests/corpus/gen_safety_doc.py
 
 # AWX as code (awx/): surveys and credential types against AWX's rules and the roles' variables, apply.yml's
 # options, project sync of collections/requirements.yml, and plan.yml with survey answers as AWX passes them.
@@ -161,7 +172,7 @@ demo: lab
 	"$(BIN)/ansible-playbook" -i inventories/lab/hosts.yml playbooks/deploy.yml
 	@echo; echo "Report: $(ROOT)/reports/ct129/deploy.txt (JSON beside it)"; echo; cat "$(ROOT)/reports/ct129/deploy.txt"
 
-test: unit pure lint awx-check sanity package controller-requirements lab-test molecule
+test: unit pure lint awx-check corpus sanity package controller-requirements lab-test molecule
 
 # Benchmarks, not tests: deploy (full and no-change re-run), sizing (five rules launched in a lab container),
 # recover (every lab fault); tables on stdout, JSON and the picture in reports/.

@@ -4,15 +4,16 @@
 """Action plugin behind inferops.gpu_inference.sglang_deploy_plan (documentation: plugins/modules/sglang_deploy_plan.py).
 
 Runs on the controller, contacts nothing; every decision is in module_utils: sglang_request.py (the request stage),
-sglang_deploy.py (node, launch, verify, calculate), sglang_extra_vars.py (extra variables that would shadow a computed
-one) and the sizing model hicache.py.
+sglang_deploy.py (node, launch, verify, calculate), playbook_inputs.py (the extra variables the run's playbook
+accepts), sglang_extra_vars.py (computed names set in the inventory, blank survey answers) and the sizing model hicache.py.
 """
 from __future__ import annotations
 
+from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy, sglang_extra_vars, sglang_request
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs, sglang_deploy, sglang_extra_vars, sglang_request
 
 _STAGES = ("request", "node", "launch", "verify", "calculate")
 
@@ -31,10 +32,13 @@ class ActionModule(ActionBase):
         try:
             if stage not in _STAGES:
                 raise sglang_request.DeployError("stage must be one of %s, got %r" % (", ".join(_STAGES), stage))
-            # Extra vars (-e, AWX survey answers) outrank set_fact and register: refuse any that would shadow a
-            # computed or private name, at every stage (a play may be entered with --start-at-task).
+            # Extra vars (-e, AWX survey answers) outrank set_fact and register: the playbook's allow-list again, at
+            # every stage (a play may be entered with --start-at-task, which skips the playbook's first task).
             extra_vars = load_extra_vars(self._loader)
-            sglang_extra_vars.refuse_injected(list(extra_vars), "the extra variables (-e or survey answers)")
+            try:
+                playbook_inputs.refuse_for_run(list(extra_vars), context.CLIARGS.get("args") or (), self._loader.load_from_file)
+            except playbook_inputs.InputsError as exc:
+                raise sglang_request.DeployError(str(exc)) from exc
             if stage in ("request", "calculate"):
                 # A blank role setting among the extra vars (an unanswered survey question) means the default, and it
                 # hides the inventory's value: said every time, never silent.

@@ -42,7 +42,30 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_requ
     ranks_on_this_node,
     setting_int,
 )
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import MIB_BYTES, clip, fmt_gb, fmt_gib, is_blank
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import (
+    MIB_BYTES,
+    PlanError,
+    clip,
+    fmt_gb,
+    fmt_gib,
+    is_blank,
+    memory_bytes as _memory_bytes,
+)
+
+#: The largest container memory limit accepted (64 TiB, in MiB): more is a figure in KiB or bytes.
+MAX_CONTAINER_MEMORY_MIB = 64 << 20
+
+
+def memory_bytes(name: str, value: Any) -> int:
+    try:
+        return _memory_bytes(name, value)
+    except PlanError as exc:
+        raise DeployError(str(exc)) from exc
+
+
+def is_zero_request(value: Any) -> bool:
+    """plan_requested_gb given as 0 (or "0"): clear any size the host asks for."""
+    return not isinstance(value, bool) and (value == 0 or (isinstance(value, str) and value.strip() in ("0", "+0", "-0")))
 
 
 # --- the plan of one host -----------------------------------------------------------------------------
@@ -83,7 +106,9 @@ def _refuse_plan(header: str, plan: Mapping[str, Any]) -> None:
 def _container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
     """The declared container's VMID, memory limit (MiB) and GPU indexes, checked."""
     vmid = setting_int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), 100, 999_999_999)
-    memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 1, 1 << 40)
+    memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 16, MAX_CONTAINER_MEMORY_MIB,
+                             " (MiB: 65536 is 64 GiB; the most is 64 TiB, more than any PVE node has; a larger figure is "
+                             "KiB or bytes)")
     wanted = container.get("gpus") or []
     if not isinstance(wanted, (list, tuple)) or not wanted:
         raise DeployError("CT %d: pve_gpu_container_gpus must list the node GPU indexes to pass through, e.g. [0, 1]" % vmid)
@@ -226,6 +251,8 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
         args += ["--dp-size", str(layout["dp_size"])]
     if layout["enable_dp_attention"] and layout["dp_size"] > 1:
         args += ["--enable-dp-attention"]
+    if layout.get("attn_dp_size", 1) > 1:
+        args += ["--attn-dp-size", str(layout["attn_dp_size"])]
     if req["kv_cache_dtype"] != "auto":
         args += ["--kv-cache-dtype", req["kv_cache_dtype"]]
     args += ["--enable-hierarchical-cache", "--hicache-size", str(size)]
@@ -261,7 +288,7 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
         # What verify compares the running server with.
         "expected_running": {
             "hicache_size": size, "enable_hierarchical_cache": True, "tp_size": layout["tp_size"],
-            "pp_size": layout["pp_size"], "dp_size": layout["dp_size"], "model_path": service["model_path"],
+            "pp_size": layout["pp_size"], "dp_size": _attention_dp(layout) or layout["dp_size"], "model_path": service["model_path"],
             "port": service["port"], "host": host,
         },
         "bounds": {
@@ -310,6 +337,8 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
             seen[key] = got
             if key == "host":
                 continue  # SGLang may report the bind address as given or resolved
+            if key == "dp_size" and want > 1 and _num(got) == 1 and _num(info.get("attn_dp_size")) == want:
+                continue  # 0.5.22+ reports attention DP as attn_dp_size N, dp_size 1 (ServerArgs.resolved_dict)
             if got != want and not (isinstance(want, int) and not isinstance(got, bool) and _num(got) == want):
                 mismatches.append("%s: running %r, planned %r" % (key, got, want))
     planned = int(ln["bounds"]["planned_pinned_bytes"])
@@ -325,6 +354,7 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
                           % (fmt_gb(held), fmt_gb(planned), round(tolerance * 100)))
     if unit_held > ceiling:
         mismatches.append("the unit holds %s, above the plan's ceiling %s" % (fmt_gb(unit_held), fmt_gb(ceiling)))
+    seen_overhead = overhead_seen(ln, held, unit_held, ranks_seen)
     return {
         "ok": not mismatches,
         "mismatches": mismatches,
@@ -337,6 +367,33 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
         "floor_bytes": floor,
         "unit_held_bytes": unit_held,
         "ceiling_bytes": ceiling,
+        "overhead_seen": seen_overhead,
+    }
+
+
+def _attention_dp(layout: Mapping[str, Any]) -> int:
+    """The attention DP width of a layout (0: none): --attn-dp-size, or --dp-size with --enable-dp-attention."""
+    if layout.get("attn_dp_size", 1) > 1:
+        return int(layout["attn_dp_size"])
+    return int(layout["dp_size"]) if layout["enable_dp_attention"] and layout["dp_size"] > 1 else 0
+
+
+def overhead_seen(ln: Mapping[str, Any], ranks_held: int, unit_held: int, ranks_seen: int) -> Dict[str, Any]:
+    """The process overhead the running server shows (RSS, anonymous and shared, beyond the planned pools) next to
+    what the plan budgets for it: the measurement docs/sizing.md asks operators to feed back into the policy."""
+    planned_pools = int(ln["bounds"]["planned_pinned_bytes"])
+    budgeted = int(ln["plan"].get("overhead_bytes") or 0)
+    ranks_beyond = max(ranks_held - planned_pools, 0)
+    per_rank = ranks_beyond // ranks_seen if ranks_seen else 0
+    frontend = max(unit_held - ranks_held, 0)
+    return {
+        "per_rank_bytes": per_rank,
+        "frontend_bytes": frontend,
+        "total_bytes": ranks_beyond + frontend,
+        "budgeted_bytes": budgeted,
+        "text": "processes beyond the pools: %s per rank (%d ranks) + front-end %s = %s, against the %s the plan budgets "
+                "(rank_overhead_bytes x ranks + frontend_overhead_bytes + other_committed_bytes)"
+                % (fmt_gb(per_rank), ranks_seen, fmt_gb(frontend), fmt_gb(ranks_beyond + frontend), fmt_gb(budgeted)),
     }
 
 
@@ -345,6 +402,9 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
 # The node's facts, which only a run on the node reads; the offline plan of an inventory host takes them from
 # plan_input when given.
 CALCULATOR_FACT_KEYS = ("mem_total_bytes", "mem_available_bytes", "gpu_memory_mib")
+# plan_input keys that have no default: blank (an unanswered question, '' or null) is refused, never read as 1.
+NO_DEFAULT_KEYS = frozenset({"tp_size", "pp_size", "dp_size", "nnodes", "gpu_count", "gpu_memory_mib", "mem_total_bytes",
+                             "mem_available_bytes", "mem_limit_bytes", "sglang_version", "enable_dp_attention"})
 # hicache.plan requires gpu_memory_mib but reads it only for releases that assert, at start-up, that the host pool
 # holds more tokens than the device pool (up to 0.5.14). For later releases a GPU memory that nobody gave is passed
 # as this placeholder (hicache's smallest accepted value); for those releases it is asked for instead.
@@ -360,10 +420,20 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
     if not is_blank(plan_input) and not isinstance(plan_input, Mapping):
         raise DeployError("plan_input must be a dict of hicache_plan keys (ansible-doc -t filter "
                           "inferops.gpu_inference.hicache_plan), got %s" % clip(plan_input, SHOWN))
+    blank = sorted(str(k) for k, v in dict(plan_input or {}).items() if is_blank(v))
+    refused = [k for k in blank if k in NO_DEFAULT_KEYS]
+    if refused:
+        raise DeployError("plan_input: %s %s blank ('' or null), and a blank layout or memory figure is not read as 1 or as "
+                          "any default: give %s, or leave %s out of plan_input (tp_size, pp_size, dp_size and nnodes then "
+                          "mean 1, and the explanation says so)" % (", ".join(refused), "is" if len(refused) == 1 else "are",
+                                                                    "its value" if len(refused) == 1 else "their values",
+                                                                    "it" if len(refused) == 1 else "them"))
     given = {k: v for k, v in dict(plan_input or {}).items() if not is_blank(v)}
     own = given.pop("requested_gb", None)
     override = parse_requested_gb(requested_gb, "plan_requested_gb")
     notes: List[str] = []
+    if blank:
+        notes.append("plan_input: %s blank, so not given: the documented default is used." % ", ".join(blank))
     if req is None:
         if not given:
             raise DeployError("Nothing to plan: pass a variable file with a plan_input dict (-e @inventories/examples/"
@@ -385,7 +455,18 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
     vmid, memory_mib, wanted = _container_spec(container or {})
     ranks = _ranks_match_gpus(req, vmid, wanted)
     limit = memory_mib * MIB_BYTES
+    if "mem_total_bytes" in given:
+        node_total = memory_bytes("plan_input.mem_total_bytes", given["mem_total_bytes"])
+        if limit > node_total:
+            raise DeployError("CT %d: pve_gpu_container_memory_mib=%d (%s) is more than the node's RAM (mem_total_bytes %s): "
+                              "a container limit above the node's RAM protects nothing. pve_gpu_container_memory_mib is "
+                              "MiB; give the container less than the node has."
+                              % (vmid, memory_mib, fmt_gib(limit), fmt_gib(node_total)))
     facts: Dict[str, Any] = {}
+    if is_zero_request(requested_gb) and req.get("requested_gb"):
+        notes.append("plan_requested_gb=0 clears %s's sglang_server_hicache_requested_gb (%s): the plan chooses."
+                     % (host, req.get("requested_gb")))
+        req = dict(req, requested_gb=None, plan_base={k: v for k, v in req["plan_base"].items() if k != "requested_gb"})
     if override:
         facts["requested_gb"] = override
         notes.append("plan_requested_gb=%d overrides %s's sglang_server_hicache_requested_gb (%s)."

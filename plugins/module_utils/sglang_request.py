@@ -25,6 +25,8 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_valu
     as_bool,
     clip,
     is_blank,
+    non_ascii_digits,
+    type_word,
 )
 
 #: How many characters of a bad value a message shows.
@@ -35,7 +37,7 @@ SHOWN = 60
 OWNED_FLAGS = (
     "--model-path", "--model", "--host", "--port", "--api-key", "--admin-api-key",
     "--tp-size", "--tensor-parallel-size", "--tp", "--pp-size", "--pipeline-parallel-size", "--pp",
-    "--dp-size", "--data-parallel-size", "--dp", "--enable-dp-attention",
+    "--dp-size", "--data-parallel-size", "--dp", "--enable-dp-attention", "--attn-dp-size",
     "--nnodes", "--node-rank", "--dist-init-addr",
     "--enable-hierarchical-cache", "--hicache-size", "--hicache-ratio", "--kv-cache-dtype",
     "--served-model-name",
@@ -44,7 +46,7 @@ OWNED_FLAGS = (
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 _FACT_OR_LAYOUT_KEYS = frozenset({"mem_total_bytes", "mem_available_bytes", "mem_limit_bytes", "gpu_count", "gpu_memory_mib",
                                   "sglang_version", "tp_size", "pp_size", "dp_size", "enable_dp_attention", "nnodes",
-                                  "requested_gb", "kv_cache_dtype", "model_preset"})
+                                  "attn_dp_size", "draft_kv_bytes_per_token", "requested_gb", "kv_cache_dtype", "model_preset"})
 
 
 class DeployError(ValueError):
@@ -63,11 +65,12 @@ def setting_int(name: str, value: Any, minimum: int, maximum: int, what: str = "
         value = int(value)
     if isinstance(value, str):
         text = value.strip()
-        if not re.fullmatch(r"[+-]?\d{1,12}", text):
-            raise DeployError("%s must be a whole number, got %s%s" % (name, clip(value, SHOWN), what))
+        if not re.fullmatch(r"[+-]?[0-9]{1,12}", text):
+            digits = " (write the digits 0-9)" if non_ascii_digits(value) else ""
+            raise DeployError("%s must be a whole number, got %s%s%s" % (name, clip(value, SHOWN), digits, what))
         value = int(text)
     if not isinstance(value, int):
-        kind = "a list" if isinstance(value, (list, tuple)) else "a dict" if isinstance(value, Mapping) else type(value).__name__
+        kind = "a " + type_word(value)
         shown = clip(list(value) if isinstance(value, (list, tuple)) else value, SHOWN)
         raise DeployError("%s must be a whole number, got %s %s%s" % (name, kind, shown, what))
     if not minimum <= value <= maximum:
@@ -81,7 +84,7 @@ def _text(name: str, value: Any, blank_ok: bool = True) -> str:
             return ""
         raise DeployError("%s must be set" % name)
     if not isinstance(value, str):
-        raise DeployError("%s must be a string, got %s %s" % (name, type(value).__name__, clip(value, SHOWN)))
+        raise DeployError("%s must be a string, got a %s %s" % (name, type_word(value), clip(value, SHOWN)))
     return value.strip()
 
 
@@ -125,7 +128,7 @@ def _extra_args(value: Any) -> List[str]:
         raise DeployError("%s must be a list of arguments (e.g. ['--max-running-requests', '64']), got the string %s"
                           % (name, clip(value, SHOWN)))
     if not isinstance(value, (list, tuple)):
-        raise DeployError("%s must be a list of arguments, got %s" % (name, type(value).__name__))
+        raise DeployError("%s must be a list of arguments, got a %s" % (name, type_word(value)))
     args = []
     for item in value:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
@@ -141,6 +144,13 @@ def _extra_args(value: Any) -> List[str]:
                 % (name, clip(text, SHOWN), flag))
         args.append(text)
     return args
+
+
+def _names_draft_model(arg: str) -> bool:
+    """--speculative-draft-model-path, as given or as an abbreviation argparse would accept, with or without =value."""
+    flag = arg.split("=", 1)[0]
+    full = "--speculative-draft-model-path"
+    return len(flag) >= len("--speculative-draft-model-p") and (full.startswith(flag) or flag.startswith(full))
 
 
 def _host(value: Any) -> str:
@@ -194,6 +204,7 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "pp_size": setting_int("sglang_server_pp_size", s.get("pp_size", 1), 1, 1024),
         "dp_size": setting_int("sglang_server_dp_size", s.get("dp_size", 1), 1, 1024),
         "enable_dp_attention": as_bool("sglang_server_enable_dp_attention", s.get("enable_dp_attention", False), DeployError),
+        "attn_dp_size": setting_int("sglang_server_attn_dp_size", s.get("attn_dp_size", 1), 1, 1024),
         "nnodes": setting_int("the number of containers in sglang_server_cluster_group", s.get("nnodes", 1), 1, 1024),
         "node_rank": setting_int("the node rank", s.get("node_rank", 0), 0, 1023),
     }
@@ -203,6 +214,7 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     if layout["enable_dp_attention"] and layout["dp_size"] > 1 and layout["tp_size"] % layout["dp_size"]:
         raise DeployError("sglang_server_enable_dp_attention with dp_size %d needs tp_size divisible by it, got tp_size %d "
                           "(SGLang asserts tp_size %% dp_size == 0 with DP attention)" % (layout["dp_size"], layout["tp_size"]))
+    draft = setting_int("sglang_server_draft_kv_bytes_per_token", s.get("draft_kv_bytes_per_token", 0), 0, 64 << 20)
 
     for name in ("policy", "plan_extra"):
         value = s.get(name)
@@ -229,6 +241,10 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "nnodes": layout["nnodes"],
         "kv_cache_dtype": kv_dtype,
     })
+    if layout["attn_dp_size"] > 1:
+        plan_base["attn_dp_size"] = layout["attn_dp_size"]
+    if draft:
+        plan_base["draft_kv_bytes_per_token"] = draft
     if preset:
         plan_base["model_preset"] = preset
     requested = parse_requested_gb(s.get("requested_gb"))
@@ -268,6 +284,12 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     if not 0 <= tolerance < 1:
         raise DeployError("sglang_server_verify_memory_tolerance must be a fraction between 0 and 1 (0.10 for 10 percent), "
                           "got %s" % clip(s.get("verify_memory_tolerance"), SHOWN))
+    extra_args = _extra_args(s.get("extra_args"))
+    if not draft and any(_names_draft_model(a) for a in extra_args):
+        raise DeployError(
+            "sglang_server_extra_args start a speculative draft model (--speculative-draft-model-path), whose host pool "
+            "(the target's token count, outside --hicache-size) the plan must price: set "
+            "sglang_server_draft_kv_bytes_per_token to the draft model's KV bytes per token per rank (docs/sizing.md)")
     return {
         "version": version,
         "verify_memory_tolerance": tolerance,
@@ -276,7 +298,7 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "kv_cache_dtype": kv_dtype,
         "requested_gb": requested,
         "service": service,
-        "extra_args": _extra_args(s.get("extra_args")),
+        "extra_args": extra_args,
     }
 
 
@@ -291,7 +313,10 @@ def ranks_on_this_node(req: Mapping[str, Any]) -> int:
     lay = req["layout"]
     newest = max(rules.release for rules in release_rules(req["version"]))
     dpa = lay["enable_dp_attention"] and lay["dp_size"] > 1
+    dp = lay["dp_size"]
+    if lay.get("attn_dp_size", 1) > 1 and dp == 1:
+        dpa, dp = True, lay["attn_dp_size"]  # --attn-dp-size: attention DP groups over the TP ranks, no extra ranks
     try:
-        return place_ranks(lay["tp_size"], lay["pp_size"], lay["dp_size"], dpa, lay["nnodes"], newest).ranks_per_node
+        return place_ranks(lay["tp_size"], lay["pp_size"], dp, dpa, lay["nnodes"], newest).ranks_per_node
     except PlanError as exc:
         raise DeployError("%s: %s" % (layout_text(lay), exc)) from exc

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, Tuple, Type
+from typing import Any, Dict, Mapping, Tuple, Type
 
 GB_BYTES = 10**9
 GIB_BYTES = 2**30
@@ -79,6 +79,28 @@ def clip(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def type_word(value: Any) -> str:
+    """What a value is, in the words a user of YAML, -e or a survey knows (never an internal class name)."""
+    if is_blank(value):
+        return "blank"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return "list"
+    return "value of another kind"
+
+
+def non_ascii_digits(value: Any) -> bool:
+    """Whether a string holds a digit outside 0-9 ("３００", "٤٤"): Python reads those as numbers, nobody types them."""
+    return isinstance(value, str) and any(c.isdigit() and not ("0" <= c <= "9") for c in value)
+
+
 def is_blank(value: Any) -> bool:
     """A survey's unanswered optional field: None (AWX's !unsafe '' resolves to None) or ''."""
     return value is None or (isinstance(value, str) and value.strip() == "")
@@ -108,12 +130,13 @@ def as_int(key: str, value: Any, minimum: int) -> int:
         result = int(value)
     elif isinstance(value, str):
         text = value.strip().replace("_", "")
-        match = re.match(r"^([+-]?\d{1,30})(\.0*)?$", text)
+        match = re.match(r"^([+-]?[0-9]{1,30})(\.0*)?$", text)
         if not match:
-            raise PlanError("%s must be a whole number, got %s" % (key, clip(value)))
+            hint = " (write the digits 0-9)" if non_ascii_digits(value) else ""
+            raise PlanError("%s must be a whole number, got %s%s" % (key, clip(value), hint))
         result = int(match.group(1))
     else:
-        raise PlanError("%s must be a whole number, got %s %s" % (key, type(value).__name__, clip(value)))
+        raise PlanError("%s must be a whole number, got a %s %s" % (key, type_word(value), clip(value)))
     if result < minimum:
         raise PlanError("%s must be at least %d, got %d" % (key, minimum, result))
     return result
@@ -132,8 +155,10 @@ def as_float(key: str, value: Any, low: float, high: float, hint: str = "") -> f
     """A finite number between low and high."""
     if isinstance(value, bool):
         raise PlanError("%s must be a number, got the boolean %r" % (key, value))
-    if isinstance(value, str) and len(value) > 40:
-        raise PlanError("%s must be a number, got %s" % (key, clip(value)))
+    if isinstance(value, str) and (len(value) > 40 or non_ascii_digits(value)):
+        raise PlanError("%s must be a number (the digits 0-9), got %s" % (key, clip(value)))
+    if value is not None and not isinstance(value, (int, float, str)):
+        raise PlanError("%s must be a number between %s and %s, got a %s %s" % (key, low, high, type_word(value), clip(value)))
     try:
         result = float(value)
     except (TypeError, ValueError, OverflowError) as exc:

@@ -13,10 +13,12 @@ author:
   - inferops team (@inferops)
 description:
   - Runs on the controller and contacts nothing. Every decision is made in C(module_utils/) (C(sglang_request.py),
-    C(sglang_deploy.py), C(sglang_extra_vars.py) and the sizing model C(hicache.py)), the same code for the node's gate
+    C(sglang_deploy.py), C(playbook_inputs.py), C(sglang_extra_vars.py) and the sizing model C(hicache.py)), the same code for the node's gate
     before any change, the container's launch and the verification of what runs.
-  - Refuses, at every stage, extra variables (C(-e), survey answers) that would shadow a value the roles compute
-    (for example C(sglang_server_hicache_size)), because Ansible lets extra variables outrank computed facts.
+  - Refuses, at every stage, extra variables (C(-e), survey answers) that the run's entry playbook does not document
+    (the allow-list of M(inferops.gpu_inference.extra_vars_check)), because Ansible lets extra variables outrank
+    computed facts; in an operator's own playbook, those of the roles' form that no role entry point documents
+    (for example C(sglang_server_hicache_size)).
   - Used by the roles C(sglang_server) and C(pve_gpu_container); not meant to be called by playbooks directly.
 options:
   stage:

@@ -522,3 +522,52 @@ def test_calculate_old_release_needs_the_gpu_memory():
         d.calculate({}, None, lab_request(version="0.5.9"), LAB_SPEC, "ct129")
     out = d.calculate({"gpu_memory_mib": 81559}, None, lab_request(version="0.5.9"), LAB_SPEC, "ct129")
     assert out["plan"]["sglang_version"] == "0.5.9"
+
+
+# ---------------------------------------------------------------- issue 28: attn-dp, draft pool, overhead seen
+
+
+def test_attn_dp_size_is_launched_as_its_own_flag_with_the_same_ranks():
+    ln = launched(version="0.5.23", attn_dp_size=8)
+    args = ln["sglang_args"]
+    assert args[args.index("--attn-dp-size") + 1] == "8"
+    assert "--dp-size" not in args and "--enable-dp-attention" not in args
+    assert ln["ranks"] == 8
+
+
+def test_attn_dp_size_on_a_release_without_it_is_refused_before_any_change():
+    with pytest.raises(d.DeployError, match="enable_dp_attention"):
+        full(version="0.5.21", attn_dp_size=8)
+
+
+@pytest.mark.parametrize("flag", ["--speculative-draft-model-path", "--speculative-draft-model-p",
+                                  "--speculative-draft-model-path=/models/eagle"])
+def test_a_draft_model_in_extra_args_needs_its_kv_size(flag):
+    with pytest.raises(d.DeployError, match="sglang_server_draft_kv_bytes_per_token"):
+        req(version="0.5.23", extra_args=[flag, "/models/eagle"] if "=" not in flag else [flag])
+    r = req(version="0.5.23", extra_args=["--speculative-draft-model-path", "/models/eagle"], draft_kv_bytes_per_token=4096)
+    assert r["plan_base"]["draft_kv_bytes_per_token"] == 4096
+
+
+def test_extra_args_cannot_set_attn_dp_size():
+    with pytest.raises(d.DeployError, match="--attn-dp-size"):
+        req(version="0.5.23", extra_args=["--attn-dp-size", "8"])
+
+
+def test_verify_reports_the_overhead_it_saw_next_to_the_budget():
+    ln = launched()
+    planned = ln["bounds"]["planned_pinned_bytes"]
+    v = d.verify(ln, running(ln), measure(ln, held=planned + 8 * 3 * GIB, unit=planned + 8 * 3 * GIB + 2 * GIB), 0, 0.1)
+    seen = v["overhead_seen"]
+    assert seen["per_rank_bytes"] == 3 * GIB and seen["frontend_bytes"] == 2 * GIB
+    assert seen["budgeted_bytes"] == ln["plan"]["overhead_bytes"]
+    assert "per rank" in seen["text"] and "budgets" in seen["text"]
+
+
+@pytest.mark.parametrize("settings", [dict(attn_dp_size=8), dict(dp_size=8, enable_dp_attention=True)])
+def test_verify_accepts_attention_dp_as_0_5_22_reports_it_and_as_older_releases_did(settings):
+    ln = launched(version="0.5.23", **settings)
+    assert d.verify(ln, running(ln, dp_size=1, attn_dp_size=8), measure(ln), 0, 0.1)["ok"]
+    assert d.verify(ln, running(ln, dp_size=8), measure(ln), 0, 0.1)["ok"]
+    v = d.verify(ln, running(ln, dp_size=1, attn_dp_size=4), measure(ln), 0, 0.1)
+    assert not v["ok"] and "dp_size" in v["mismatches"][0]
