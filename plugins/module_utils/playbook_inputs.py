@@ -81,7 +81,7 @@ def clip_name(name: Any, width: int = ECHO_WIDTH) -> str:
 
 def _role_entry(name: str) -> str:
     """A role reference (``inferops.gpu_inference.sglang_server`` or ``sglang_server``) as its directory name."""
-    return str(name).split(".")[-1]
+    return str(name).rsplit(".", maxsplit=1)[-1]
 
 
 def _tasks(play: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
@@ -98,7 +98,7 @@ def _tasks(play: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
 
 def _include(task: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
     for key, value in task.items():
-        if str(key).split(".")[-1] in ("include_role", "import_role") and isinstance(value, Mapping):
+        if str(key).rsplit(".", maxsplit=1)[-1] in ("include_role", "import_role") and isinstance(value, Mapping):
             return _role_entry(value["name"]), str(value.get("tasks_from") or "main").rsplit(".", 1)[0]
     return None
 
@@ -266,7 +266,7 @@ def markdown(load: Loader, root: str = COLLECTION_ROOT) -> str:
     lines = []
     for playbook in ENTRY_PLAYBOOKS:
         names = allowed(playbook, load, root)
-        own = [n for n in PLAYBOOK_INPUTS[playbook]]
+        own = list(PLAYBOOK_INPUTS[playbook])
         by_source: Dict[str, List[str]] = {}
         for name, source in names.items():
             if name not in own:
