@@ -5,13 +5,14 @@
 
 Runs on the controller, contacts nothing; every decision is in module_utils: sglang_request.py (the request stage),
 sglang_deploy.py (node, launch, verify, calculate), playbook_inputs.py (the extra variables the run's playbook
-accepts), sglang_extra_vars.py (computed names set in the inventory, blank survey answers) and the sizing model hicache.py.
+accepts), sglang_extra_vars.py (private names set in the inventory, blank survey answers) and the sizing model hicache.py.
 """
 from __future__ import annotations
 
 from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
+from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs, sglang_deploy, sglang_extra_vars, sglang_request
 
@@ -45,11 +46,13 @@ class ActionModule(ActionBase):
                 blank_note = sglang_extra_vars.blank_extra_vars_note(sglang_extra_vars.blank_extra_vars(extra_vars))
                 if blank_note and stage == "request":
                     result["warnings"] = [blank_note]
+            # Every computed or private value of the roles and playbooks has a private name (__role_*, _role_*,
+            # __<playbook>_*). The inventory cannot outrank set_fact, but such a name set there for the host is a
+            # misunderstanding worth stopping, at every stage (set_fact, register and the playbooks' own vars are not
+            # the inventory, so the values the run computes are never taken for it).
+            sglang_extra_vars.refuse_injected(self._inventory_names(task_vars.get("inventory_hostname")),
+                                              "the inventory of %s" % task_vars.get("inventory_hostname"))
             if stage == "request":
-                # The inventory cannot outrank set_fact, but a computed name set there is a misunderstanding worth
-                # stopping. (pve_gpu_container_spec is set just before, by the container_spec entry point.)
-                hostvars = [n for n in sglang_extra_vars.COMPUTED_NAMES - {"pve_gpu_container_spec"} if n in task_vars]
-                sglang_extra_vars.refuse_injected(hostvars, "the inventory or play variables of %s" % task_vars.get("inventory_hostname"))
                 result["request"] = sglang_request.request(args.get("settings") or {})
             elif stage == "node":
                 result["gate"] = sglang_deploy.node_gate(args["request"], args["node"], args["container"],
@@ -72,3 +75,21 @@ class ActionModule(ActionBase):
             result["failed"] = True
             result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)
         return result
+
+    def _inventory_names(self, host_name):
+        """The variable names the inventory gives ``host_name``: the inventory sources' host and group vars, and the
+        host_vars/ and group_vars/ next to the inventory or the playbook (vars plugins), as Ansible's variable manager
+        reads them; not set_fact, register, play or role vars."""
+        manager = self._task.get_variable_manager()
+        inventory = getattr(manager, "_inventory", None)
+        host = inventory.get_host(host_name) if inventory is not None and host_name else None
+        if host is None:
+            return []
+        entities = list(host.get_groups()) + [host]
+        names = set(host.get_vars())
+        for group in host.get_groups():
+            names.update(group.get_vars())
+        names.update(get_vars_from_inventory_sources(self._loader, getattr(inventory, "_sources", None) or [], entities, "task"))
+        for path in dict.fromkeys([self._loader.get_basedir()] + list(self._task.get_search_path())):
+            names.update(get_vars_from_path(self._loader, path, entities, "task"))
+        return sorted(names)

@@ -18,7 +18,8 @@ description:
   - Refuses, at every stage, extra variables (C(-e), survey answers) that the run's entry playbook does not document
     (the allow-list of M(inferops.gpu_inference.extra_vars_check)), because Ansible lets extra variables outrank
     computed facts; in an operator's own playbook, those of the roles' form that no role entry point documents
-    (for example C(sglang_server_hicache_size)).
+    (for example C(sglang_server_hicache_size)); and, at every stage, private names of the roles' or playbooks' form
+    (C(__sglang_server_*), C(__pve_gpu_container_*), C(_sglang_server_*), ...) set in the inventory for the host.
   - Used by the roles C(sglang_server) and C(pve_gpu_container); not meant to be called by playbooks directly.
 options:
   stage:

@@ -4,7 +4,8 @@
   tests/corpus/run_bypass.py [--jobs N]        (root, on the lab, with CT 129 deployed by deploy.yml)
 
 1. Every variable the deploy roles set or keep private is found by reading the roles themselves (set_fact keys,
-   register names, vars/main.yml, handlers) plus the names sglang_extra_vars.py declares computed. deploy.yml runs
+   register names, loop variables, vars/main.yml, handlers) and deploy.yml (the private values it hands the roles);
+   every one but the published result sglang_server_result is private (__role_*, _role_*). deploy.yml runs
    once per name with `-e NAME=<a hostile value>`; each run must fail before any change (the world is read before
    and after: tests/corpus/labstate.py).
 2. Every flag the plan owns, smuggled through sglang_server_extra_args, the same.
@@ -59,13 +60,11 @@ def names_the_roles_set() -> list[str]:
                 walk(yaml.safe_load(f))
         with open(os.path.join(labstate.ROOT, "roles", role, "vars", "main.yml")) as f:
             names.update((yaml.safe_load(f) or {}).keys())
-    sys.path.insert(0, os.path.join(labstate.ROOT, ".collections"))
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_extra_vars
-    names.update(sglang_extra_vars.COMPUTED_NAMES)
     with open(os.path.join(labstate.ROOT, "playbooks", "deploy.yml")) as f:  # what the playbook computes for the roles
         for play in yaml.safe_load(f):
             for role in play.get("roles") or []:
-                names.update(k for k in (role.get("vars") or {}) if k.startswith("__"))
+                names.update(role.get("vars") or {})
+            names.update(play.get("vars") or {})
     return sorted(names)
 
 

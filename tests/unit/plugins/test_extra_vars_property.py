@@ -38,7 +38,7 @@ def _load(path):
 ACCEPTED = playbook_inputs.allowed("plan.yml", _load)
 NAMES = ["plan_input", "plan_requested_gb", "plan_requested_gb", "awx_job_id", "awx_job_id", "tower_job_id", "plan_input",
          "tower_user_name", "sglang_server_tp_size",
-         "__plan_calculation", "_plan_settings_given", "_plan_host", "__plan_host", "sglang_server_request",
+         "__plan_calculation", "_plan_settings_given", "_plan_host", "__plan_host", "__sglang_server_request",
          "plan_requsted_gb", "ansible_python_interpreter", "sglang_server_api_key", "x" * 300]
 LAYOUT_KEYS = ["tp_size", "pp_size", "dp_size", "nnodes", "gpu_count", "mem_total_bytes", "mem_available_bytes",
                "gpu_memory_mib", "enable_dp_attention", "requested_gb", "page_size", "rank_overhead_bytes",

@@ -26,11 +26,15 @@ def refusal(names, playbook):
 
 @pytest.mark.parametrize("playbook,name", [
     ("plan.yml", "__plan_calculation"), ("plan.yml", "_plan_settings_given"), ("plan.yml", "_plan_host"),
-    ("plan.yml", "__plan_host"), ("plan.yml", "sglang_server_request"), ("plan.yml", "pve_gpu_container_spec"),
+    ("plan.yml", "__plan_host"), ("plan.yml", "__sglang_server_request"), ("plan.yml", "__pve_gpu_container_spec"),
     ("plan.yml", "sglang_server_api_key"),  # plan.yml sets it itself
-    ("deploy.yml", "sglang_server_hicache_size"), ("deploy.yml", "sglang_server_node_state"),
-    ("deploy.yml", "pve_gpu_container_plan_requests"), ("deploy.yml", "__deploy_cts"),
-    ("deploy.yml", "__deploy_relaunch_containers"), ("deploy.yml", "pve_gpu_container_state"),
+    ("deploy.yml", "__sglang_server_hicache_size"), ("deploy.yml", "__sglang_server_node_state"),
+    ("deploy.yml", "__pve_gpu_container_plan_requests"), ("deploy.yml", "__deploy_cts"),
+    ("deploy.yml", "__deploy_relaunch_containers"), ("deploy.yml", "__pve_gpu_container_state"),
+    # the public-looking names these values had before they were private: no entry point documents them
+    ("plan.yml", "sglang_server_request"), ("plan.yml", "pve_gpu_container_spec"), ("deploy.yml", "sglang_server_hicache_size"),
+    ("deploy.yml", "sglang_server_node_state"), ("deploy.yml", "pve_gpu_container_plan_requests"),
+    ("deploy.yml", "pve_gpu_container_state"), ("deploy.yml", "sglang_server_request"),
     ("recover.yml", "__gpu_recover_ladder"), ("recover.yml", "gpu_recover_vmid"), ("recover.yml", "gpu_recover_allow_reboot"),
     ("recover.yml", "gpu_recover_result"), ("recover.yml", "_recover_ct_hosts"), ("recover.yml", "__recover_ct_hosts"),
     ("recover.yml", "__deploy_relaunch_nodes"),
@@ -135,6 +139,6 @@ def test_in_an_operators_own_playbook_only_the_roles_namespace_is_checked(tmp_pa
     own = [str(tmp_path / "site.yml")]
     assert pi.run_entry(own) is None
     pi.refuse_for_run(["my_var", "_mine", "sglang_server_tp_size", "gpu_recover_samples", "awx_job_id"], own, load)
-    for name in ("sglang_server_hicache_size", "__sglang_server_launch", "_pve_gpu_container_x", "gpu_recover_result"):
+    for name in ("__sglang_server_hicache_size", "__sglang_server_launch", "_pve_gpu_container_x", "gpu_recover_result"):
         with pytest.raises(pi.InputsError, match="does not accept the extra variable %s" % name):
             pi.refuse_for_run(["my_var", name], own, load)

@@ -188,8 +188,10 @@ def test_no_global_address_is_refused():
 # ---------------------------------------------------------------- injected names
 
 
-@pytest.mark.parametrize("name", ["sglang_server_hicache_size", "sglang_server_plan", "__sglang_server_launch_result",
-                                  "_sglang_server_launch_json", "pve_gpu_container_state", "sglang_server_node_state"])
+@pytest.mark.parametrize("name", ["__sglang_server_request", "__sglang_server_launch_result", "_sglang_server_launch_json",
+                                  "__pve_gpu_container_state", "__pve_gpu_container_spec", "__sglang_server_node_state",
+                                  "__pve_gpu_container_plan_requests", "__deploy_cts", "__gpu_recover_result", "__gpu_recover",
+                                  "_gpu_recover_pct", "__plan_host", "__recover_ct_hosts"])
 def test_computed_or_private_names_from_the_operator_are_refused(name):
     with pytest.raises(d.DeployError) as exc:
         ev.refuse_injected(["sglang_server_tp_size", name], "the extra variables")
@@ -197,7 +199,10 @@ def test_computed_or_private_names_from_the_operator_are_refused(name):
 
 
 def test_public_inputs_are_not_refused():
-    ev.refuse_injected(["sglang_server_tp_size", "sglang_server_hicache_requested_gb", "recover_vmid"], "x")
+    # A public-looking name that no role documents (sglang_server_hicache_size) is the allow-list's to refuse as an
+    # extra variable; in the inventory it is read by nothing. The published results are outputs, never read as input.
+    ev.refuse_injected(["sglang_server_tp_size", "sglang_server_hicache_requested_gb", "recover_vmid",
+                        "sglang_server_hicache_size", "sglang_server_result", "gpu_recover_result"], "x")
 
 
 # ---------------------------------------------------------------- the node gate
