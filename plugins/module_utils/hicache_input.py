@@ -157,6 +157,7 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
         )
 
     policy = _policy(data, total)
+    warnings.extend(_overhead_warnings(policy))
     device_tokens = None
     if data.get("device_pool_tokens_per_rank") is not None:
         device_tokens = ranged_int("device_pool_tokens_per_rank", data["device_pool_tokens_per_rank"])
@@ -312,7 +313,27 @@ def _policy(data: Mapping[str, Any], total: int) -> Dict[str, Any]:
             policy[key] = ranged_int(key, data[key])
         else:
             policy[key] = policy_bytes(key, data[key], total)
+    if policy["os_reserve_min_bytes"] < SGLANG_RESERVE_BYTES:
+        raise PlanError(
+            "os_reserve_min_bytes=%d bytes (%s) is below the %s that SGLang itself keeps free "
+            "(HICACHE_HOST_MEMORY_RESERVE_BYTES): a smaller reserve buys nothing and hides SGLang's own from the arithmetic. "
+            "Give at least %d bytes (10 GiB), or leave it out for the default"
+            % (policy["os_reserve_min_bytes"], fmt_gib(policy["os_reserve_min_bytes"]), fmt_gib(SGLANG_RESERVE_BYTES),
+               SGLANG_RESERVE_BYTES)
+        )
     return policy
+
+
+def _overhead_warnings(policy: Mapping[str, Any]) -> List[str]:
+    """A zero process overhead: every SGLang process holds a CUDA context, torch and (for a rank) NCCL in RAM."""
+    what = {"rank_overhead_bytes": "each scheduler rank (CUDA context, torch, NCCL)",
+            "frontend_overhead_bytes": "the front-end (HTTP server, tokenizer, detokenizer)"}
+    return [
+        "%s=0: the plan counts no RAM for %s, which holds several GiB in every SGLang process; the size is only safe "
+        "if that memory is counted elsewhere (other_committed_bytes) or was measured as zero" % (key, what[key])
+        for key in ("rank_overhead_bytes", "frontend_overhead_bytes")
+        if policy[key] == 0
+    ]
 
 
 def _requested_gb(raw: Any, total: int) -> Optional[int]:

@@ -216,6 +216,11 @@ def behaviour_releases(version: SglangVersion) -> Tuple[List[Release], Optional[
         why = (why + ", and a local build" if why else "a local build of %s" % release_text(key))
     releases = sorted(set(releases))
     if len(releases) == 1:
+        if not version.is_final:
+            # A post, local or pre-release build with one candidate (a post release of the last known release):
+            # still said, as a newer version's is.
+            last = " (the last release this model was checked against)" if releases[0] == KNOWN_LAST_VERSION else ""
+            return releases, "SGLang %s is %s%s: it is treated as %s" % (version, why, last, release_text(releases[0]))
         return releases, None
     return releases, (
         "SGLang %s is %s: its code may behave as %s; the plan holds for each of them (every rule at its most expensive)"

@@ -221,6 +221,7 @@ def entry_playbook(task_playbook: str, task_dir: str, cli_playbooks: Iterable[st
     return task_playbook
 
 
+#: Prefixes of the roles' public settings (what an operator, the inventory or a survey sets); the one list.
 ROLE_PREFIXES = ("sglang_server_", "pve_gpu_container_", "gpu_recover_")
 
 

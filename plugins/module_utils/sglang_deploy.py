@@ -123,8 +123,9 @@ def _ranks_match_gpus(req: Mapping[str, Any], vmid: int, wanted: Sequence[int]) 
     if ranks != len(wanted):
         raise DeployError(
             "CT %d: %s puts %d scheduler rank(s) on this node (one per GPU), but %d GPU(s) are passed through (%s). "
-            "Make pve_gpu_container_gpus match the layout, or change the layout." % (
-                vmid, layout_text(req["layout"]), ranks, len(wanted), ",".join(map(str, wanted))))
+            "Make pve_gpu_container_gpus match the layout, or change the layout.%s" % (
+                vmid, layout_text(req["layout"]), ranks, len(wanted), ",".join(map(str, wanted)),
+                "".join(" (%s.)" % note for note in req.get("notes") or [])))
     return ranks
 
 
@@ -229,6 +230,7 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
              "gpu_memory_mib": min(int(g["memory_total_mib"]) for g in node_state["gpus"])}
     # What a running SGLang holds is added back: the plan is for the container without it.
     plan = _host_plan(req, facts, ranks, held_bytes=int(ct.get("unit_held_bytes") or 0))
+    plan["warnings"] = list(req.get("notes") or []) + list(plan.get("warnings") or [])
     if not plan["fits"]:
         _refuse_plan("Refused: the HiCache plan does not fit this container; nothing was changed.", plan)
     size = int(plan["per_rank_gb"])
@@ -487,6 +489,7 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
         "gpu_memory_mib": given.get("gpu_memory_mib", _GPU_MEMORY_NOT_READ_MIB),
     })
     plan = _host_plan(req, facts, ranks)
+    notes.extend(req.get("notes") or [])
     if "mem_available_bytes" in given:
         basis = "the node's facts given in plan_input and the container's declared memory limit %s" % fmt_gib(limit)
     else:

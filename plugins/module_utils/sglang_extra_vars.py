@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Sequence
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.playbook_inputs import ROLE_PREFIXES
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import is_blank
 
-# Prefixes of the roles' public settings (what an operator, the inventory or a survey sets).
-ROLE_PREFIXES = ("sglang_server_", "pve_gpu_container_")
+__all__ = ["ROLE_PREFIXES", "PRIVATE_PREFIXES", "injected_names", "refuse_injected", "blank_extra_vars", "blank_extra_vars_note"]
 # Every value the roles and the entry playbooks compute or keep private has one of these forms (docs/development.md:
 # ``_role_*`` role constants, ``__role_*`` runtime values, ``__<playbook>_*`` a playbook's own values); no computed
 # value sits under a public name, so no list of computed names is kept.

@@ -176,6 +176,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: The layout settings whose blank value means their documented default (meta/argument_specs.yml); the request
+#: says so in its notes, which the plan's warnings and plan.yml's notes show.
+_BLANK_MEANS_DEFAULT = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "attn_dp_size": 1, "enable_dp_attention": False}
+
+
 # --- stage 1: the operator's settings -------------------------------------------------------------------
 
 def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
@@ -184,6 +189,8 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     A blank setting (None or '': an AWX survey question left unanswered arrives as either) is not given: the
     default applies, and a required one is reported as not set."""
     s = {k: v for k, v in dict(settings).items() if not is_blank(v)}
+    notes = ["sglang_server_%s was given blank ('' or null), so not given: the documented default %s is used"
+             % (key, default) for key, default in _BLANK_MEANS_DEFAULT.items() if key in settings and is_blank(settings[key])]
     version = _text("sglang_server_version", s.get("version"), blank_ok=False)
     try:
         parse_version(version)
@@ -299,6 +306,7 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "requested_gb": requested,
         "service": service,
         "extra_args": extra_args,
+        "notes": notes,
     }
 
 

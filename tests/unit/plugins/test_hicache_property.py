@@ -190,7 +190,7 @@ def layouts(draw):
     inp["gpu_count"] = pick(draw, [fitting[0], fitting[-1]]) if pick(draw, range(12)) != 11 else pick(draw, [1, 2, 4, 8, 16])
     inp["gpu_memory_mib"] = pick(draw, [24576, 49140, 81559, 97887, 143771, 196608])
     if draw(BOOL):
-        inp["os_reserve_min_bytes"] = min(total, pick(draw, [0, GIB, 10 * GIB, 32 * GIB]))
+        inp["os_reserve_min_bytes"] = min(total, pick(draw, [10 * GIB, 16 * GIB, 32 * GIB]))
     if draw(BOOL):
         inp["os_reserve_fraction"] = pick(draw, [0.0, 0.02, 0.05, 0.1, 0.25])
     if draw(BOOL):

@@ -163,7 +163,10 @@ def test_version_forms_and_the_releases_they_may_behave_as(text, behaves_as):
     assert str(version) == text.strip().lstrip("v")
     releases, warning = rel.behaviour_releases(version)
     assert ["%d.%d.%d" % r for r in releases] == behaves_as
-    assert (warning is None) is (len(behaves_as) == 1 and not version.key > rel.KNOWN_LAST_VERSION)
+    # Only a final, known release goes unsaid: a post, local or pre-release part always names the release assumed.
+    assert (warning is None) is (version.is_final and len(behaves_as) == 1 and not version.key > rel.KNOWN_LAST_VERSION)
+    if warning and len(behaves_as) == 1:
+        assert "treated as %s" % behaves_as[0] in warning
 
 
 def test_pre_release_is_planned_with_the_previous_release_pinning_too():
@@ -642,3 +645,25 @@ def test_every_example_plans_and_fits(path):
 
 def test_examples_were_found():
     assert len(EXAMPLES) >= 7
+
+
+# ---------------------------------------------------------------- reserves and overheads a real node cannot have
+
+
+@pytest.mark.parametrize("reserve", [0, 1 << 30, 10 * (1 << 30) - 1])
+def test_a_reserve_below_sglangs_own_10_gib_is_refused_with_the_figure_to_give(reserve):
+    with pytest.raises(h.PlanError) as err:
+        plan(os_reserve_min_bytes=reserve, os_reserve_fraction=0)
+    assert "below the 10.0 GiB that SGLang itself keeps free" in str(err.value)
+    assert "at least 10737418240 bytes" in str(err.value)
+
+
+def test_the_10_gib_reserve_itself_is_accepted():
+    assert plan(os_reserve_min_bytes=10 << 30)["fits"] is True
+
+
+@pytest.mark.parametrize("key", ["rank_overhead_bytes", "frontend_overhead_bytes"])
+def test_a_zero_process_overhead_is_planned_with_a_warning(key):
+    result = plan(**{key: 0})
+    assert [w for w in result["warnings"] if w.startswith("%s=0: the plan counts no RAM" % key)]
+    assert not [w for w in plan()["warnings"] if "the plan counts no RAM" in w]

@@ -576,3 +576,29 @@ def test_verify_accepts_attention_dp_as_0_5_22_reports_it_and_as_older_releases_
     assert d.verify(ln, running(ln, dp_size=8), measure(ln), 0, 0.1)["ok"]
     v = d.verify(ln, running(ln, dp_size=1, attn_dp_size=4), measure(ln), 0, 0.1)
     assert not v["ok"] and "dp_size" in v["mismatches"][0]
+
+
+# ---------------------------------------------------------------- blank layout settings say which default is used
+
+
+@pytest.mark.parametrize("blank", ["", None, "  "])
+def test_a_blank_layout_setting_uses_its_default_and_the_plan_says_which(blank):
+    # pp_size blank: the default 1 applies (the launch is the same as pp_size 1), and the plan's warnings say so.
+    r = req(pp_size=blank)
+    assert r["layout"]["pp_size"] == 1
+    assert r["notes"] == ["sglang_server_pp_size was given blank ('' or null), so not given: the documented default 1 is used"]
+    ln = d.launch(r, node_state(d.node_gate(r, NODE, CONTAINER, 4 * GIB)), ct_facts(), PATHS)
+    assert ln["plan"]["warnings"][0] == r["notes"][0]
+    assert "--pp-size" not in ln["argv"]
+
+
+def test_a_blank_tp_size_that_no_longer_matches_the_gpus_names_the_blank_in_the_refusal():
+    r = req(tp_size="")
+    with pytest.raises(rq.DeployError) as err:
+        d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    assert "puts 1 scheduler rank(s) on this node" in str(err.value)
+    assert "sglang_server_tp_size was given blank" in str(err.value)
+
+
+def test_settings_given_have_no_notes():
+    assert req()["notes"] == []
