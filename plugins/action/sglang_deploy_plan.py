@@ -14,7 +14,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs, sglang_deploy, sglang_extra_vars, sglang_request
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
+    node_plan,
+    playbook_inputs,
+    sglang_deploy,
+    sglang_extra_vars,
+    sglang_request,
+)
 
 _STAGES = ("request", "node", "launch", "verify", "calculate")
 
@@ -55,8 +61,9 @@ class ActionModule(ActionBase):
             if stage == "request":
                 result["request"] = sglang_request.request(args.get("settings") or {})
             elif stage == "node":
-                result["gate"] = sglang_deploy.node_gate(args["request"], args["node"], args["container"],
-                                                         int(args.get("node_reserve_bytes", 4 << 30)))
+                result["node_plan"] = node_plan.plan_node(args["requests"], args["containers"], args["node"],
+                                                          args.get("guests") or [], int(args.get("node_reserve_bytes", 4 << 30)),
+                                                          str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"))
             elif stage == "launch":
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_api
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_config import pending_keys
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_gpu_devices import config_gpus
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError
 
 
@@ -108,6 +109,25 @@ class PveClient:
         """The container's entry in the node's listing (status, mem, ...); None when it does not exist."""
         listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
         return next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
+
+    def node_guests(self) -> list[dict[str, Any]]:
+        """Every guest of the node (containers and VMs) with its memory limit, use, status and the GPUs its config
+        passes through (devN of /dev/nvidiaN; a VM's hostpci GPU is bound to vfio and invisible to the NVIDIA driver,
+        so it cannot be asked for and is not listed)."""
+        node = self.api.nodes(self.node)
+        guests: list[dict[str, Any]] = []
+        for kind, lister in (("lxc", node.lxc), ("qemu", node.qemu)):
+            listing = self.call(f"listing the {'containers' if kind == 'lxc' else 'VMs'} of node {self.node}", lister.get) or []
+            for item in listing:
+                vmid = int(item.get("vmid"))
+                gpus: list[int] = []
+                if kind == "lxc":
+                    config = self.call(f"reading the config of CT {vmid}", node.lxc(vmid).config.get) or {}
+                    gpus = config_gpus(config)
+                guests.append({"vmid": vmid, "type": kind, "name": str(item.get("name") or ""),
+                               "status": str(item.get("status") or "unknown"), "maxmem_bytes": int(item.get("maxmem") or 0),
+                               "mem_bytes": int(item.get("mem") or 0), "gpus": gpus})
+        return sorted(guests, key=lambda g: g["vmid"])
 
     def exists(self) -> bool:
         return self.listing_entry() is not None

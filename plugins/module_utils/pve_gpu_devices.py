@@ -132,6 +132,22 @@ def dev_index(key: str) -> Optional[int]:
     return option_index(key) if option_base(key) == "dev" else None
 
 
+def config_gpus(config: Mapping[str, Any]) -> list[int]:
+    """The GPU indexes (``/dev/nvidiaN``) a container's config passes through as devN entries."""
+    gpus: set[int] = set()
+    for key, value in config.items():
+        if dev_index(str(key)) is None:
+            continue
+        try:
+            path = parse_property_string(str(value), "path").get("path")
+        except ConfigError:
+            continue
+        match = _GPU_NODE_RE.match(str(path or ""))
+        if match:
+            gpus.add(int(match.group(1)))
+    return sorted(gpus)
+
+
 def plan_gpu_devices(
     current: Mapping[str, Any],
     paths: Sequence[str],

@@ -130,8 +130,10 @@ def _ranks_match_gpus(req: Mapping[str, Any], vmid: int, wanted: Sequence[int]) 
 
 
 def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mapping[str, Any],
-              node_reserve_bytes: int) -> Dict[str, Any]:
-    """Check one container against the node's facts before anything changes; return the node's plan."""
+              node_reserve_bytes: int, committed_elsewhere_bytes: int = 0) -> Dict[str, Any]:
+    """Check one container against the node's facts before anything changes; return its plan on the node.
+    ``committed_elsewhere_bytes``: what the node's other containers planned in the same run will still take from
+    MemAvailable (node_plan.plan_node plans a node's containers together)."""
     vmid, memory_mib, wanted = _container_spec(container)
     node_gpus = {int(g["index"]): g for g in node.get("gpus") or []}
     node_nodes = set(node.get("device_paths") or [])
@@ -151,12 +153,22 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
             "above host RAM protects nothing. Lower pve_gpu_container_memory_mib." % (
                 vmid, memory_mib, fmt_gib(limit), fmt_gib(node_reserve_bytes), fmt_gib(total)))
     ranks = _ranks_match_gpus(req, vmid, wanted)
-    facts = {"mem_total_bytes": total, "mem_available_bytes": node["mem_available_bytes"], "mem_limit_bytes": limit,
+    available = int(node["mem_available_bytes"]) - int(committed_elsewhere_bytes)
+    if committed_elsewhere_bytes and available + int(container.get("existing_mem_bytes") or 0) < 64 * MIB_BYTES:
+        raise DeployError(
+            "CT %d: refused before any change: the node's MemAvailable %s is taken by the containers planned before it "
+            "on this node (%s they will still pin and hold), leaving none for this one. Plan fewer or smaller containers "
+            "on the node." % (vmid, fmt_gib(int(node["mem_available_bytes"])), fmt_gib(int(committed_elsewhere_bytes))))
+    facts = {"mem_total_bytes": total, "mem_available_bytes": available, "mem_limit_bytes": limit,
              "gpu_count": len(wanted), "gpu_memory_mib": min(int(node_gpus[g]["memory_total_mib"]) for g in wanted)}
     # Memory a running container already uses counts as available to it, so a re-run plans the same size.
     plan = _host_plan(req, facts, ranks, held_bytes=int(container.get("existing_mem_bytes") or 0))
     if not plan["fits"]:
-        _refuse_plan("CT %d: refused before any change, the HiCache plan does not fit." % vmid, plan)
+        shared = (" It is planned against the node's MemAvailable %s less %s that the containers planned before it on "
+                  "this node will still pin and hold (they are planned together)." % (
+                      fmt_gib(int(node["mem_available_bytes"])), fmt_gib(int(committed_elsewhere_bytes)))
+                  if committed_elsewhere_bytes else "")
+        _refuse_plan("CT %d: refused before any change, the HiCache plan does not fit.%s" % (vmid, shared), plan)
     return {"vmid": vmid, "fits": True, "per_rank_gb": plan["per_rank_gb"], "ranks": ranks, "plan": plan,
             "memory_limit_bytes": limit, "gpus": [node_gpus[g] for g in wanted], "gpu_indexes": wanted}
 

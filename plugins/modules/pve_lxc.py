@@ -161,6 +161,12 @@ options:
     description: With O(state=absent), also remove the container from backup jobs, replication and HA.
     type: bool
     default: false
+  node_guests:
+    description:
+      - With O(state=query), also list every guest of the node (containers and VMs, managed or not) with its memory
+        limit, use, status and the GPUs its config passes through (RV(node_guests)); needs VM.Audit on each guest.
+    type: bool
+    default: false
   api_host:
     description:
       - The PVE node or cluster address. Uses E(PROXMOX_HOST) if not given.
@@ -283,6 +289,15 @@ mem_bytes:
   description: (state=query) Memory the container uses now, from the node's listing (0 when absent or stopped).
   type: int
   returned: state is query
+node_guests:
+  description:
+    - (state=query, node_guests=true) Every guest of the node, by VMID - C(vmid), C(type) (C(lxc) or C(qemu)),
+      C(name), C(status), C(maxmem_bytes) (its memory limit), C(mem_bytes) (its use now) and C(gpus) (the
+      C(/dev/nvidiaN) indexes a container passes through as devN; a VM's vfio GPU is invisible to the NVIDIA driver
+      and not listed).
+  type: list
+  elements: dict
+  returned: state is query and node_guests is true
 vmid:
   description: The container ID.
   returned: always
@@ -383,6 +398,7 @@ def argument_spec():
         shutdown_timeout=dict(type="int", default=60),
         force_stop=dict(type="bool", default=True),
         purge=dict(type="bool", default=False),
+        node_guests=dict(type="bool", default=False),
         owner_tag=dict(type="str"),
         adopt=dict(type="bool", default=False),
         api_host=dict(type="str", fallback=(env_fallback, ["PROXMOX_HOST"])),
@@ -472,6 +488,8 @@ class PveLxc:
         template = self.params.get("ostemplate")
         if template:
             self.result["template_present"] = self.pve.template_present(template)
+        if self.params.get("node_guests"):
+            self.result["node_guests"] = self.pve.node_guests()
         if entry is not None:
             self.check_owner(self.result["tags"])
         elif template and not self.result["template_present"]:

@@ -23,7 +23,8 @@ description:
   - Used by the roles C(sglang_server) and C(pve_gpu_container); not meant to be called by playbooks directly.
 options:
   stage:
-    description: C(request) checks the operator's settings; C(node) is the gate on the PVE node; C(launch) plans the
+    description: C(request) checks the operator's settings; C(node) is the gate on the PVE node (every container of the
+      node planned together, module_utils C(node_plan.py)); C(launch) plans the
       value actually launched; C(verify) compares the running server with the launch; C(calculate) is the calculator of
       C(playbooks/plan.yml) (a plan from O(plan_input), or the offline plan of an inventory host from its O(request) and
       O(container)), which touches no host.
@@ -34,8 +35,29 @@ options:
     description: (request) The role's settings, see the role's argument specs.
     type: dict
   request:
-    description: (node, launch, calculate) The C(request) returned by the request stage.
+    description: (launch, calculate) The C(request) returned by the request stage.
     type: dict
+  requests:
+    description: (node) Inventory host name -> the C(request) the request stage returned for it.
+    type: dict
+  containers:
+    description: (node) The declared specs of the containers the inventory places on the node (host, vmid, memory_mib, gpus).
+    type: list
+    elements: dict
+  guests:
+    description: (node) Every guest of the node from the PVE API (vmid, type, name, status, maxmem_bytes, mem_bytes, gpus),
+      as M(inferops.gpu_inference.pve_lxc) O(inferops.gpu_inference.pve_lxc#module:state=query) returns it as C(node_guests).
+    type: list
+    elements: dict
+  others_count:
+    description: (node) How the node's guests the inventory does not manage are counted against its RAM; C(limit) (their
+      memory limit) or C(measured) (what they use now; a stopped one counts nothing).
+    type: str
+    choices: [limit, measured]
+    default: limit
+  node_name:
+    description: (node) The node's name, for the messages.
+    type: str
   plan_input:
     description: (calculate) hicache_plan keys; with O(request), only the node's facts C(mem_total_bytes),
       C(mem_available_bytes), C(gpu_memory_mib) (otherwise the container's declared memory limit is planned against).
@@ -50,7 +72,7 @@ options:
     description: (node) The node's facts from M(inferops.gpu_inference.gpu_host_facts) (memory, gpus, device paths).
     type: dict
   container:
-    description: (node, calculate) The container's declared spec; (launch) the container's own facts.
+    description: (calculate) The container's declared spec; (launch) the container's own facts.
     type: dict
   node_reserve_bytes:
     description: (node) RAM the node keeps for itself on top of the container limit.
@@ -99,8 +121,10 @@ request:
   description: (request) The normalised settings and the plan's input without facts.
   type: dict
   returned: stage is request
-gate:
-  description: (node) The node's plan for the container (it fits; otherwise the task fails with the arithmetic).
+node_plan:
+  description: (node) The node's plan; C(gates) (host -> the container's plan on the node), C(table) (who commits what
+    of the node's RAM), C(containers), C(others), C(committed_bytes), C(mem_total_bytes). When it does not fit, the task
+    fails with the table.
   type: dict
   returned: stage is node
 launch:

@@ -298,6 +298,8 @@ class Handler(BaseHTTPRequestHandler):
                 return None
         if sub and sub[0] == "lxc":
             return self.route_lxc(method, sub[1:], p, user)
+        if sub == ["qemu"] and method == "GET":
+            return []  # the lab node runs no VMs (GET /nodes/{node}/qemu lists them; docs/lab.md)
         raise PVEError("Method '%s /%s' not implemented" % (method, rel.strip("/")), 501)
 
     def route_lxc(self, method: str, sub: list, p: dict, user: str):

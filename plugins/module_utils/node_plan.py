@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: inferops contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One Proxmox VE node's plan: every GPU container the inventory places on it, planned together in one call, with
+the node's other guests and its own reserve (pure Python, no Ansible imports).
+
+The rules (docs/deploy.md, "The node's budget"):
+
+- **GPUs are owned once.** A GPU another guest of the node already has as ``devN`` (managed or not, running or
+  stopped) is refused, naming that guest; two inventory containers asking for one GPU are refused.
+- **Each container is planned against what the others leave.** The containers are planned in VMID order; each is
+  planned against the node's MemAvailable less what the containers planned before it will still add (their
+  committed memory less what they already hold), so two containers never both take the same free memory.
+- **The node's committed memory fits its RAM.** A managed container commits what its plan pins and its processes
+  hold (``ceiling_bytes``: the pools plus the rank and front-end overheads; the in-container reserve is page cache
+  and headroom the kernel can reclaim, not committed). Every other guest counts by its memory limit
+  (``others_count='limit'``, the default: a stopped guest can be started at any time) or by what it uses now
+  (``'measured'``, where the operator says so). With the node's own reserve the sum must not exceed MemTotal.
+- **Re-runs plan the same**: a running container's memory is added back to what is available to it, and what it
+  holds is not counted twice, so an unchanged node plans the same sizes and refuses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_deploy import node_gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import fmt_gib
+
+OTHERS_COUNT = ("limit", "measured")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def guest_label(guest: Mapping[str, Any]) -> str:
+    kind = "VM" if guest.get("type") == "qemu" else "CT"
+    name = str(guest.get("name") or "")
+    return "%s %s%s (%s)" % (kind, guest.get("vmid"), " " + name if name else "", guest.get("status") or "unknown")
+
+
+def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]]) -> Dict[int, str]:
+    """GPU index -> the guest that holds it (devN), for the GPUs the containers ask for; refuses a GPU held by a
+    guest the inventory does not place there, and a GPU two inventory containers ask for."""
+    managed = {_int(ct["vmid"]) for ct in containers}
+    held: Dict[int, str] = {}
+    for guest in guests:
+        if _int(guest.get("vmid")) in managed:
+            continue
+        for gpu in guest.get("gpus") or []:
+            held.setdefault(int(gpu), guest_label(guest))
+    asked: Dict[int, str] = {}
+    problems: List[str] = []
+    for ct in sorted(containers, key=lambda c: _int(c["vmid"])):
+        label = "CT %s (%s)" % (ct["vmid"], ct.get("host") or "")
+        for gpu in ct.get("gpus") or []:
+            gpu = int(gpu)
+            if gpu in held:
+                problems.append("%s asks for GPU %d, which %s already has as a devN passthrough" % (label, gpu, held[gpu]))
+            elif gpu in asked:
+                problems.append("%s and %s both ask for GPU %d" % (asked[gpu], label, gpu))
+            else:
+                asked[gpu] = label
+    if problems:
+        free = sorted(set(range(max(list(held) + list(asked) + [-1]) + 1)) - set(held) - set(asked))
+        raise DeployError(
+            "refused before any change: a GPU is owned by one guest at a time. %s. Give each container GPUs no other "
+            "guest holds (pve_gpu_container_gpus)%s, or free the GPU on the other guest first (pct set <vmid> "
+            "--delete devN)." % ("; ".join(problems), "; not held by any guest: %s" % ",".join(map(str, free)) if free else ""))
+    return {**held, **asked}
+
+
+def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapping[str, Any]],
+              node: Mapping[str, Any], guests: Sequence[Mapping[str, Any]], node_reserve_bytes: int,
+              others_count: str = "limit", node_name: str = "the node") -> Dict[str, Any]:
+    """Plan every container of one node together (see the module's doc). ``containers``: the inventory's
+    containers placed on the node ({host, vmid, memory_mib, gpus}); ``requests``: host -> the request stage's
+    result; ``node``: gpu_host_facts' memory and GPUs; ``guests``: every guest of the node from the PVE API
+    ({vmid, type, name, status, maxmem_bytes, mem_bytes, gpus}). Returns {gates: {host: gate}, table, ...}."""
+    if others_count not in OTHERS_COUNT:
+        raise DeployError("pve_gpu_container_node_others_count must be one of %s, got %r" % (", ".join(OTHERS_COUNT), others_count))
+    gpu_owners(containers, guests)
+    by_vmid = {_int(g.get("vmid")): g for g in guests}
+    total = int(node["mem_total_bytes"])
+    gates: Dict[str, Any] = {}
+    rows: List[Dict[str, Any]] = []
+    to_add = 0  # what the containers planned so far will still take from MemAvailable
+    for ct in sorted(containers, key=lambda c: _int(c["vmid"])):
+        host = ct["host"]
+        if host not in requests:
+            raise DeployError("%s: no plan request. Run playbooks/deploy.yml: its first play checks the container's settings"
+                              % host)
+        guest = by_vmid.get(_int(ct["vmid"]), {})
+        held = _int(guest.get("mem_bytes")) if guest.get("status") == "running" else 0
+        container = dict(ct, existing_mem_bytes=held)
+        gate = node_gate(requests[host], node, container, node_reserve_bytes, committed_elsewhere_bytes=to_add)
+        committed = int(gate["plan"]["ceiling_bytes"])
+        to_add += max(0, committed - held)
+        gates[host] = gate
+        rows.append({"vmid": gate["vmid"], "host": host, "limit_bytes": gate["memory_limit_bytes"],
+                     "ranks": gate["ranks"], "per_rank_gb": gate["per_rank_gb"],
+                     "pinned_bytes": int(gate["plan"]["engine_pinned_bytes"]),
+                     "overhead_bytes": int(gate["plan"]["overhead_bytes"]), "committed_bytes": committed,
+                     "held_bytes": held, "requested_gb": gate["plan"].get("requested_gb")})
+    managed = {_int(ct["vmid"]) for ct in containers}
+    others = []
+    for guest in sorted(guests, key=lambda g: _int(g.get("vmid"))):
+        if _int(guest.get("vmid")) in managed:
+            continue
+        running = guest.get("status") == "running"
+        counted = _int(guest.get("maxmem_bytes")) if others_count == "limit" else (_int(guest.get("mem_bytes")) if running else 0)
+        others.append({"vmid": _int(guest.get("vmid")), "label": guest_label(guest), "limit_bytes": _int(guest.get("maxmem_bytes")),
+                       "mem_bytes": _int(guest.get("mem_bytes")) if running else 0, "counted_bytes": counted})
+    committed_total = sum(r["committed_bytes"] for r in rows) + sum(o["counted_bytes"] for o in others) + int(node_reserve_bytes)
+    result = {"node": node_name, "mem_total_bytes": total, "node_reserve_bytes": int(node_reserve_bytes),
+              "others_count": others_count, "containers": rows, "others": others,
+              "committed_bytes": committed_total, "fits": committed_total <= total}
+    result["table"] = table(result)
+    if not result["fits"]:
+        raise DeployError("refused before any change: the containers' plans fit each container, but together they "
+                          "overflow node %s.\n%s\n%s" % (node_name, "\n".join(result["table"]), advice(result)))
+    result["gates"] = gates
+    return result
+
+
+def table(result: Mapping[str, Any]) -> List[str]:
+    """The node's committed memory, one line per guest: who commits what (GiB, and SGLang's decimal GB per rank)."""
+    lines = ["%-32s %12s %22s %12s %12s" % ("guest", "limit", "pinned (per rank)", "overheads", "commits")]
+    for r in result["containers"]:
+        lines.append("%-32s %12s %22s %12s %12s" % (
+            "CT %d %s" % (r["vmid"], r["host"]), fmt_gib(r["limit_bytes"]),
+            "%s (%d x %d GB)" % (fmt_gib(r["pinned_bytes"]), r["ranks"], r["per_rank_gb"]),
+            fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"])))
+    for o in result["others"]:
+        basis = "its limit" if result["others_count"] == "limit" else "its use now"
+        lines.append("%-32s %12s %22s %12s %12s" % (o["label"][:32], fmt_gib(o["limit_bytes"]), "not managed, " + basis[:9],
+                                                      "", fmt_gib(o["counted_bytes"])))
+    lines.append("%-32s %12s %22s %12s %12s" % ("the node's own reserve", "", "", "", fmt_gib(result["node_reserve_bytes"])))
+    verdict = "fits" if result["committed_bytes"] <= result["mem_total_bytes"] else "OVER by %s" % fmt_gib(
+        result["committed_bytes"] - result["mem_total_bytes"])
+    lines.append("%-32s %12s %22s %12s %12s" % ("node %s RAM %s" % (result["node"], fmt_gib(result["mem_total_bytes"])),
+                                                "", "", "", fmt_gib(result["committed_bytes"])) + "  " + verdict)
+    return lines
+
+
+def advice(result: Mapping[str, Any]) -> str:
+    """What to change: the per-rank sizes that would fit the node (the pools scaled down together), or fewer guests."""
+    over = result["committed_bytes"] - result["mem_total_bytes"]
+    pinned = sum(r["pinned_bytes"] for r in result["containers"])
+    if pinned <= over:
+        return ("Even with no host KV pools the node is over: lower the other guests' memory limits (or set "
+                "pve_gpu_container_node_others_count=measured to count what they use now), or place a container on "
+                "another node.")
+    keep = (pinned - over) / pinned
+    sizes = ["%s: sglang_server_hicache_requested_gb=%d" % (r["host"], max(1, int(r["per_rank_gb"] * keep)))
+             for r in result["containers"] if r["per_rank_gb"]]
+    return ("To fit, lower the host KV pools by %s in all (%s), lower the other guests' limits, or place a container on "
+            "another node." % (fmt_gib(over), "; ".join(sizes)))
+
+
+__all__ = ["OTHERS_COUNT", "plan_node", "gpu_owners", "table", "advice", "guest_label"]

@@ -1,0 +1,142 @@
+"""node_plan.plan_node: every container of a node planned together against its RAM and GPUs (issue 21)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import node_plan as npl
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_gpu_devices
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_request as rq
+
+GIB = 1 << 30
+# The incident's node: 8 x H100 NVL (97887 MiB), 449 GiB RAM.
+NODE = {
+    "mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB,
+    "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)],
+    "device_paths": ["/dev/nvidia%d" % i for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"],
+}
+SETTINGS = {
+    "version": "0.5.9", "tp_size": 4, "model_preset": "kimi-k2", "api_key_set": True, "model_path": "/models/kimi",
+    "plan_extra": {"device_pool_tokens_per_rank": 116000},
+}
+
+
+def request(**overrides):
+    return rq.request(dict(SETTINGS, **overrides))
+
+
+def ct(host, vmid, gpus, memory_gib):
+    return {"host": host, "vmid": vmid, "gpus": gpus, "memory_mib": memory_gib * 1024}
+
+
+def guest(vmid, status="stopped", maxmem_gib=0, mem_gib=0, gpus=(), name="", kind="lxc"):
+    return {"vmid": vmid, "type": kind, "name": name, "status": status, "maxmem_bytes": maxmem_gib * GIB,
+            "mem_bytes": mem_gib * GIB, "gpus": list(gpus)}
+
+
+def plan(containers, guests=(), requests=None, others_count="limit", node=None):
+    requests = requests or {c["host"]: request() for c in containers}
+    return npl.plan_node(requests, containers, node or NODE, list(guests), 4 * GIB, others_count, "pve1")
+
+
+# ---------------------------------------------------------------- the node's RAM
+
+
+def test_two_400_gib_containers_each_fitting_alone_are_refused_together_with_the_table():
+    # The issue's case: each plan alone fits its 400 GiB container; together they would pin the incident again.
+    a = [ct("ct129", 129, [0, 1, 2, 3], 400)]
+    b = [ct("ct130", 130, [4, 5, 6, 7], 400)]
+    alone_a, alone_b = plan(a), plan(b)
+    assert alone_a["fits"] and alone_b["fits"]
+    with pytest.raises(rq.DeployError) as err:
+        plan(a + b)
+    text = str(err.value)
+    # The second is planned against what the first leaves of MemAvailable, and the refusal says so.
+    assert text.startswith("CT 130: refused before any change, the HiCache plan does not fit. It is planned against "
+                           "the node's MemAvailable 445.0 GiB less ")
+    assert "that the containers planned before it on this node will still pin and hold" in text
+
+
+def test_the_second_container_is_planned_against_what_the_first_leaves():
+    # Two 200 GiB containers on 449 GiB: both fit, and the second's plan sees the first's committed memory.
+    both = plan([ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct130", 130, [4, 5, 6, 7], 200)])
+    first, second = both["containers"]
+    assert both["fits"] and both["committed_bytes"] <= NODE["mem_total_bytes"]
+    assert first["committed_bytes"] + second["committed_bytes"] + 4 * GIB == both["committed_bytes"]
+    # The arithmetic the table shows is the gates' own plans.
+    assert both["gates"]["ct129"]["plan"]["ceiling_bytes"] == first["committed_bytes"]
+    assert [line.split()[0:2] for line in both["table"][1:3]] == [["CT", "129"], ["CT", "130"]]
+
+
+def test_a_node_that_overflows_through_its_committed_memory_shows_the_table_and_the_sizes_to_ask_for():
+    # 128 GiB node, two 60 GiB containers pinning 2 x 10 GB each: each fits, and so does what MemAvailable leaves the
+    # second; a stopped 48 GiB guest counted by its limit puts the node over.
+    small = dict(NODE, mem_total_bytes=128 * GIB, mem_available_bytes=127 * GIB)
+    containers = [ct("ct129", 129, [0, 1], 60), ct("ct130", 130, [2, 3], 60)]
+    requests = {c["host"]: request(tp_size=2, requested_gb=10) for c in containers}
+    assert plan(containers, requests=requests, node=small)["fits"]
+    with pytest.raises(rq.DeployError) as err:
+        plan(containers, [guest(140, maxmem_gib=48, name="backup")], requests=requests, node=small)
+    text = str(err.value)
+    assert text.startswith("refused before any change: the containers' plans fit each container, but together they "
+                           "overflow node pve1.")
+    assert "CT 140 backup (stopped)" in text and "48.0 GiB" in text
+    assert "node pve1 RAM 128.0 GiB" in text and "OVER by" in text
+    assert "ct129: sglang_server_hicache_requested_gb=7; ct130: sglang_server_hicache_requested_gb=7" in text
+
+
+def test_other_guests_count_by_their_limit_by_default_and_by_their_use_when_asked():
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 300)]
+    other = guest(140, status="stopped", maxmem_gib=200, name="db")
+    with pytest.raises(rq.DeployError) as err:
+        plan(containers, [other])
+    assert "CT 140 db (stopped)" in str(err.value)
+    assert "not managed" in str(err.value)
+    measured = plan(containers, [other], others_count="measured")
+    assert measured["fits"] and measured["others"][0]["counted_bytes"] == 0
+
+
+def test_others_count_must_be_known():
+    with pytest.raises(rq.DeployError, match="pve_gpu_container_node_others_count must be one of limit, measured"):
+        plan([ct("ct129", 129, [0, 1, 2, 3], 300)], others_count="guess")
+
+
+def test_a_rerun_with_the_containers_running_plans_the_same_sizes():
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct130", 130, [4, 5, 6, 7], 200)]
+    first = plan(containers)
+    held = {r["vmid"]: r["committed_bytes"] for r in first["containers"]}
+    # After the deploy: both run and hold what they committed; MemAvailable has dropped by as much.
+    node = dict(NODE, mem_available_bytes=NODE["mem_available_bytes"] - sum(held.values()))
+    guests = [guest(v, status="running", maxmem_gib=200, mem_gib=0) for v in held]
+    for g in guests:
+        g["mem_bytes"] = held[g["vmid"]]
+    again = plan(containers, guests, node=node)
+    assert [r["per_rank_gb"] for r in again["containers"]] == [r["per_rank_gb"] for r in first["containers"]]
+    assert again["committed_bytes"] == first["committed_bytes"]
+
+
+# ---------------------------------------------------------------- GPUs are owned once
+
+
+def test_a_gpu_another_container_holds_is_refused_naming_it_running_or_stopped():
+    for status in ("running", "stopped"):
+        with pytest.raises(rq.DeployError) as err:
+            plan([ct("ct133", 133, [0, 1, 2, 3], 100)], [guest(129, status=status, maxmem_gib=14, gpus=[0, 1], name="ct129")])
+        assert "CT 133 (ct133) asks for GPU 0, which CT 129 ct129 (%s) already has as a devN passthrough" % status in str(err.value)
+        assert "not held by any guest: 2,3" not in str(err.value)
+
+
+def test_two_inventory_containers_asking_for_one_gpu_are_refused():
+    with pytest.raises(rq.DeployError) as err:
+        plan([ct("ct129", 129, [0, 1, 2, 3], 100), ct("ct130", 130, [3, 4, 5, 6], 100)])
+    assert "CT 129 (ct129) and CT 130 (ct130) both ask for GPU 3" in str(err.value)
+
+
+def test_a_managed_containers_own_gpus_are_not_a_conflict():
+    running = guest(129, status="running", maxmem_gib=100, mem_gib=1, gpus=[0, 1, 2, 3], name="ct129")
+    assert plan([ct("ct129", 129, [0, 1, 2, 3], 100)], [running])["fits"]
+
+
+def test_config_gpus_reads_nvidia_devn_entries_only():
+    config = {"dev0": "/dev/nvidia3,mode=0666", "dev1": "path=/dev/nvidia10", "dev2": "/dev/nvidiactl",
+              "dev3": "/dev/nvidia-uvm", "dev4": "/dev/dri/card0", "memory": "1024", "net0": "name=eth0"}
+    assert pve_gpu_devices.config_gpus(config) == [3, 10]
