@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+"""The node is planned as a whole (issue 21), checked against the lab's world after converge: CT 129 deployed by
+deploy.yml, the bystander (CT 130, not managed) holding GPU 4 as dev0.
+
+Each case runs deploy.yml in check mode with one more declared container or one more guest on the node, and reads
+the world before and after (pct list, every CT's config, the server's main PID): the run must fail before any
+change and name what it refuses, and nothing may change on the node.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.getcwd())
+sys.path.insert(0, os.path.join(ROOT, "tests", "corpus"))
+import labstate  # noqa: E402  (reads the world: CT configs, CT list, the server's PIDs and files)
+
+PLAYBOOK = os.path.join(ROOT, "playbooks", "deploy.yml")
+TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"  # tests/lab/labctl TEMPLATE_VOLID
+
+
+def sh(*cmd: str, check: bool = True) -> str:
+    return subprocess.run(list(cmd), check=check, capture_output=True, text=True, timeout=600).stdout
+
+
+def world() -> dict:
+    """What a change would show: labstate's CT list, configs, server PIDs and files, and every CT's pct config."""
+    state = labstate.state()
+    vmids = [line.split()[0] for line in sh("/usr/sbin/pct", "list").splitlines()[1:] if line.strip()]
+    state["vmids"] = vmids
+    state["configs"] = {v: sh("/usr/sbin/pct", "config", v) for v in vmids}
+    return state
+
+
+def deploy_check(extra_hosts: dict | None = None, *args: str) -> subprocess.CompletedProcess:
+    cmd = [labstate.ansible_playbook(), "--check", "-i", labstate.INVENTORY]
+    with tempfile.TemporaryDirectory() as tmp:
+        if extra_hosts:
+            path = os.path.join(tmp, "extra.yml")
+            with open(path, "w") as f:
+                yaml.safe_dump({"all": {"children": {"sglang_containers": {"hosts": extra_hosts}}}}, f)
+            cmd += ["-i", path]
+        return subprocess.run(cmd + [PLAYBOOK, *args], capture_output=True, text=True, timeout=900, cwd=ROOT,
+                              env=labstate.playbook_env())
+
+
+def declared(vmid: int, gpus: list, memory_mib: int = 14336) -> dict:
+    """A container declared like CT 129 (its host_vars), with its own VMID, GPUs and address."""
+    with open(os.path.join(ROOT, "inventories", "lab", "host_vars", "ct129.yml")) as f:
+        host = yaml.safe_load(f)
+    host.update({
+        "ansible_connection": "inferops.gpu_inference.pct_remote", "ansible_host": "127.0.0.1", "ansible_port": 2222,
+        "ansible_user": "root", "ansible_private_key_file": "/var/lib/inferops-lab/ssh/id_ed25519",
+        "proxmox_vmid": vmid, "pve_gpu_container_gpus": gpus, "pve_gpu_container_memory_mib": memory_mib,
+        "pve_gpu_container_net": {"net0": "name=eth0,bridge={{ proxmox_bridge }},ip=10.77.0.%d/24,gw={{ proxmox_bridge_gateway }}" % vmid},
+    })
+    return {"ct%d" % vmid: host}
+
+
+def refused(result: subprocess.CompletedProcess, *words: str) -> str:
+    out = " ".join((result.stdout + result.stderr).replace("\\n", " ").split())
+    assert result.returncode != 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    for word in words:
+        assert word in out, "%r not in: %s" % (word, out[-3000:])
+    return out
+
+
+def test_a_gpu_another_inventory_container_asks_for_is_refused_naming_ct_129():
+    before = world()
+    out = refused(deploy_check(declared(133, [0, 5])), "CT 129 (ct129) and CT 133 (ct133) both ask for GPU 0")
+    assert "refused before any change" in out
+    assert world() == before
+
+
+def test_a_gpu_the_unmanaged_bystander_holds_is_refused_naming_it():
+    before = world()
+    refused(deploy_check(declared(133, [4, 5])), "CT 133 (ct133) asks for GPU 4, which CT 130 bystander",
+            "already has as a devN passthrough")
+    assert world() == before
+    assert "133" not in before["vmids"]
+
+
+def test_an_unmanaged_guest_counted_by_its_limit_overflows_the_node_and_is_refused_with_its_figures():
+    # A stopped container the collection does not manage, whose memory limit leaves the node less than CT 129's plan,
+    # the bystander and the node's 4 GiB reserve need: refused with the table; counted by its use (stopped: 0) it fits.
+    mem_total_mib = int(sh("awk", "/^MemTotal:/ {print int($2/1024)}", "/proc/meminfo").strip())
+    limit_mib = mem_total_mib - 6 * 1024
+    sh("/usr/sbin/pct", "destroy", "140", check=False)  # a leftover of an interrupted run
+    sh("/usr/sbin/pct", "create", "140", TEMPLATE, "--hostname", "other", "--memory", str(limit_mib), "--swap", "0",
+       "--unprivileged", "1")
+    try:
+        before = world()
+        out = refused(deploy_check(), "overflow node pve1", "CT 140 other (stopped)", "not managed, its limit", "OVER by")
+        assert "CT 129 ct129" in out
+        assert world() == before
+        measured = deploy_check(None, "-e", "pve_gpu_container_node_others_count=measured")
+        assert measured.returncode == 0, (measured.stdout + measured.stderr)[-3000:]
+        assert world() == before
+    finally:
+        sh("/usr/sbin/pct", "destroy", "140", check=False)
