@@ -138,8 +138,8 @@ def table(result: Mapping[str, Any]) -> List[str]:
             fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"])))
     for o in result["others"]:
         basis = "its limit" if result["others_count"] == "limit" else "its use now"
-        lines.append("%-32s %12s %22s %12s %12s" % (o["label"][:32], fmt_gib(o["limit_bytes"]), "not managed, " + basis[:9],
-                                                      "", fmt_gib(o["counted_bytes"])))
+        row = (o["label"][:32], fmt_gib(o["limit_bytes"]), "not managed, " + basis, "", fmt_gib(o["counted_bytes"]))
+        lines.append("%-32s %12s %22s %12s %12s" % row)
     lines.append("%-32s %12s %22s %12s %12s" % ("the node's own reserve", "", "", "", fmt_gib(result["node_reserve_bytes"])))
     verdict = "fits" if result["committed_bytes"] <= result["mem_total_bytes"] else "OVER by %s" % fmt_gib(
         result["committed_bytes"] - result["mem_total_bytes"])

@@ -93,6 +93,7 @@ def test_other_guests_count_by_their_limit_by_default_and_by_their_use_when_aske
     assert "not managed" in str(err.value)
     measured = plan(containers, [other], others_count="measured")
     assert measured["fits"] and measured["others"][0]["counted_bytes"] == 0
+    assert "not managed, its use now" in "\n".join(measured["table"])
 
 
 def test_others_count_must_be_known():
