@@ -68,6 +68,10 @@ class ActionModule(ActionBase):
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch
                 result["launch_record"] = sglang_deploy.launch_record(launch, args["request"]["version"])
+            elif stage == "calculate" and args.get("containers") is not None:
+                result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
+                                                                 args["containers"], str(args.get("node_name") or ""),
+                                                                 int(args.get("node_reserve_bytes", 4 << 30)))
             elif stage == "calculate":
                 result["calculation"] = sglang_deploy.calculate(args.get("plan_input"), args.get("requested_gb"),
                                                                 args.get("request"), args.get("container"),

@@ -24,9 +24,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_deploy import node_gate
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import fmt_gib
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_deploy import (
+    CALCULATOR_FACT_KEYS,
+    GPU_MEMORY_NOT_READ_MIB,
+    memory_bytes,
+    node_gate,
+    require_gpu_memory,
+)
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import SHOWN, DeployError, setting_int
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import clip, fmt_gib, is_blank
 
 OTHERS_COUNT = ("limit", "measured")
 
@@ -128,6 +134,43 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     return result
 
 
+def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapping[str, Any]],
+                   node_name: str, node_reserve_bytes: int) -> Dict[str, Any]:
+    """plan.yml -e plan_node=NODE: the node's plan from the inventory alone (touching no host). ``plan_input`` gives the
+    node's facts (mem_total_bytes required; mem_available_bytes, default MemTotal; gpu_memory_mib); the other guests
+    of the node are not read offline (deploy reads and counts them)."""
+    if not containers:
+        raise DeployError("plan_node=%s: the inventory places no container host on it (pve_gpu_container_node_host); "
+                          "name a PVE node that has containers" % node_name[:SHOWN])
+    given = {k: v for k, v in dict(plan_input or {}).items() if not is_blank(v)} if isinstance(plan_input, Mapping) else None
+    if given is None:
+        raise DeployError("plan_input must be a dict of the node's facts, got %s" % clip(plan_input, SHOWN))
+    other = sorted(str(k) for k in given if k not in CALCULATOR_FACT_KEYS)
+    if other:
+        raise DeployError("with plan_node, plan_input may give only the node's facts (%s); %s come from the containers' "
+                          "variables" % (", ".join(CALCULATOR_FACT_KEYS), ", ".join(other)))
+    if "mem_total_bytes" not in given:
+        raise DeployError("plan_node=%s needs the node's RAM: -e '{\"plan_input\": {\"mem_total_bytes\": N}}' (bytes: "
+                          "free -b on the node, the Mem: total; add mem_available_bytes for its MemAvailable)"
+                          % node_name[:SHOWN])
+    total = memory_bytes("plan_input.mem_total_bytes", given["mem_total_bytes"])
+    available = memory_bytes("plan_input.mem_available_bytes", given.get("mem_available_bytes", total))
+    if "gpu_memory_mib" not in given:
+        for req in requests.values():
+            require_gpu_memory(req)
+    gpu_mib = setting_int("plan_input.gpu_memory_mib", given.get("gpu_memory_mib", GPU_MEMORY_NOT_READ_MIB), 1024, 4 << 20)
+    wanted = sorted({int(g) for ct in containers for g in (ct.get("gpus") or []) if str(g).strip().isdigit()})
+    node = {"mem_total_bytes": total, "mem_available_bytes": min(available, total),
+            "gpus": [{"index": g, "memory_total_mib": gpu_mib} for g in wanted],
+            "device_paths": ["/dev/nvidia%d" % g for g in wanted]}
+    result = plan_node(requests, containers, node, [], node_reserve_bytes, "limit", node_name)
+    notes = ["Planned offline for node %s from the inventory: %d container(s), against the node's RAM %s%s. The node's "
+             "other guests are not read here (deploy reads them from the PVE API and counts them)."
+             % (node_name, len(containers), fmt_gib(total),
+                "" if "mem_available_bytes" in given else " (MemAvailable taken as MemTotal: give mem_available_bytes)")]
+    return {"node_plan": result, "notes": notes}
+
+
 def table(result: Mapping[str, Any]) -> List[str]:
     """The node's committed memory, one line per guest: who commits what (GiB, and SGLang's decimal GB per rank)."""
     lines = ["%-32s %12s %22s %12s %12s" % ("guest", "limit", "pinned (per rank)", "overheads", "commits")]
@@ -163,4 +206,4 @@ def advice(result: Mapping[str, Any]) -> str:
             "another node." % (fmt_gib(over), "; ".join(sizes)))
 
 
-__all__ = ["OTHERS_COUNT", "plan_node", "gpu_owners", "table", "advice", "guest_label"]
+__all__ = ["OTHERS_COUNT", "plan_node", "calculate_node", "gpu_owners", "table", "advice", "guest_label"]

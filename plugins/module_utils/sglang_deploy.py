@@ -422,7 +422,18 @@ NO_DEFAULT_KEYS = frozenset({"tp_size", "pp_size", "dp_size", "nnodes", "gpu_cou
 # hicache.plan requires gpu_memory_mib but reads it only for releases that assert, at start-up, that the host pool
 # holds more tokens than the device pool (up to 0.5.14). For later releases a GPU memory that nobody gave is passed
 # as this placeholder (hicache's smallest accepted value); for those releases it is asked for instead.
-_GPU_MEMORY_NOT_READ_MIB = 1024
+GPU_MEMORY_NOT_READ_MIB = 1024
+
+
+def require_gpu_memory(req: Mapping[str, Any]) -> None:
+    """Offline, the GPUs' memory is not read: refused for a release whose start-up check depends on it."""
+    asserts = [rules for rules in release_rules(req["version"]) if rules.asserts_host_exceeds_device]
+    if asserts and "device_pool_tokens_per_rank" not in req["plan_base"]:
+        raise DeployError(
+            "SGLang %s checks at start-up that the host pool holds more tokens than the device pool, which depends on "
+            "the GPUs' memory: give it, e.g. -e '{\"plan_input\": {\"gpu_memory_mib\": 97887}}' (nvidia-smi "
+            "--query-gpu=memory.total --format=csv,noheader,nounits on the node), or device_pool_tokens_per_rank in "
+            "sglang_server_plan_extra" % req["version"])
 
 
 def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[str, Any]] = None,
@@ -486,19 +497,13 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
         notes.append("plan_requested_gb=%d overrides %s's sglang_server_hicache_requested_gb (%s)."
                      % (override, host, req.get("requested_gb") or "none: the plan chooses"))
     if "gpu_memory_mib" not in given:
-        asserts = [rules for rules in release_rules(req["version"]) if rules.asserts_host_exceeds_device]
-        if asserts and "device_pool_tokens_per_rank" not in req["plan_base"]:
-            raise DeployError(
-                "SGLang %s checks at start-up that the host pool holds more tokens than the device pool, which depends on "
-                "the GPUs' memory: give it, e.g. -e '{\"plan_input\": {\"gpu_memory_mib\": 97887}}' (nvidia-smi "
-                "--query-gpu=memory.total --format=csv,noheader,nounits on the node), or device_pool_tokens_per_rank in "
-                "sglang_server_plan_extra" % req["version"])
+        require_gpu_memory(req)
     facts.update({
         "mem_total_bytes": given.get("mem_total_bytes", limit),
         "mem_available_bytes": given.get("mem_available_bytes", given.get("mem_total_bytes", limit)),
         "mem_limit_bytes": limit,
         "gpu_count": len(wanted),
-        "gpu_memory_mib": given.get("gpu_memory_mib", _GPU_MEMORY_NOT_READ_MIB),
+        "gpu_memory_mib": given.get("gpu_memory_mib", GPU_MEMORY_NOT_READ_MIB),
     })
     plan = _host_plan(req, facts, ranks)
     notes.extend(req.get("notes") or [])

@@ -38,10 +38,11 @@ options:
     description: (launch, calculate) The C(request) returned by the request stage.
     type: dict
   requests:
-    description: (node) Inventory host name -> the C(request) the request stage returned for it.
+    description: (node, and calculate with O(containers)) Inventory host name -> the C(request) the request stage returned for it.
     type: dict
   containers:
-    description: (node) The declared specs of the containers the inventory places on the node (host, vmid, memory_mib, gpus).
+    description: (node) The declared specs of the containers the inventory places on the node (host, vmid, memory_mib, gpus);
+      (calculate) given, the node's plan of C(playbooks/plan.yml -e plan_node), from O(plan_input)'s node facts.
     type: list
     elements: dict
   guests:
@@ -56,7 +57,7 @@ options:
     choices: [limit, measured]
     default: limit
   node_name:
-    description: (node) The node's name, for the messages.
+    description: (node, calculate) The node's name, for the messages.
     type: str
   plan_input:
     description: (calculate) hicache_plan keys; with O(request), only the node's facts C(mem_total_bytes),
@@ -75,7 +76,7 @@ options:
     description: (calculate) The container's declared spec; (launch) the container's own facts.
     type: dict
   node_reserve_bytes:
-    description: (node) RAM the node keeps for itself on top of the container limit.
+    description: (node, calculate) RAM the node keeps for itself on top of the container limits and committed memory.
     type: int
   node_state:
     description: (launch) What the node play found (driver version, GPUs, declared memory limit).
@@ -140,7 +141,8 @@ verify:
   type: dict
   returned: stage is verify
 calculation:
-  description: (calculate) C(plan) (the hicache_plan result) and C(notes) (what the plan was made against).
+  description: (calculate) C(plan) (the hicache_plan result) and C(notes) (what the plan was made against); with
+    O(containers), C(node_plan) (as the node stage returns it) and C(notes).
   type: dict
   returned: stage is calculate
 """

@@ -95,7 +95,7 @@ def in_process(case):
         playbook_inputs.refuse_undocumented(list(extra), playbook, allowed(playbook))
     except playbook_inputs.InputsError as exc:
         return True, True, str(exc)
-    if playbook != "plan.yml" or case["path"] == "inventory" or str(extra.get("plan_host") or "").strip():
+    if playbook != "plan.yml" or case["path"] == "inventory" or any(str(extra.get(k) or "").strip() for k in ("plan_host", "plan_node")):
         return False, None, ""
     settings = sorted(n for n in extra if re.match(r"^(sglang_server|pve_gpu_container)_", n))
     if settings:  # plan.yml's first play

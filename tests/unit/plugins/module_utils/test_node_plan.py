@@ -141,3 +141,33 @@ def test_config_gpus_reads_nvidia_devn_entries_only():
     config = {"dev0": "/dev/nvidia3,mode=0666", "dev1": "path=/dev/nvidia10", "dev2": "/dev/nvidiactl",
               "dev3": "/dev/nvidia-uvm", "dev4": "/dev/dri/card0", "memory": "1024", "net0": "name=eth0"}
     assert pve_gpu_devices.config_gpus(config) == [3, 10]
+
+
+# ---------------------------------------------------------------- plan.yml -e plan_node: the node's plan offline
+
+
+def test_the_node_planned_offline_needs_its_ram_and_names_what_it_did_not_read():
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct131", 131, [4, 5, 6, 7], 200)]
+    requests = {c["host"]: request() for c in containers}
+    with pytest.raises(rq.DeployError, match="plan_node=pve1 needs the node's RAM"):
+        npl.calculate_node({}, requests, containers, "pve1", 4 * GIB)
+    with pytest.raises(rq.DeployError, match="may give only the node's facts"):
+        npl.calculate_node({"mem_total_bytes": 449 * GIB, "tp_size": 8}, requests, containers, "pve1", 4 * GIB)
+    result = npl.calculate_node({"mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB, "gpu_memory_mib": 97887},
+                                requests, containers, "pve1", 4 * GIB)
+    # The same plan as deploy's node stage makes with the same facts and no other guest.
+    online = plan(containers)
+    assert result["node_plan"]["containers"] == online["containers"]
+    assert "The node's other guests are not read here" in result["notes"][0]
+
+
+def test_the_node_planned_offline_refuses_a_release_whose_start_up_check_needs_the_gpu_memory():
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200)]
+    requests = {"ct129": rq.request(dict(SETTINGS, plan_extra={}))}
+    with pytest.raises(rq.DeployError, match="checks at start-up that the host pool holds more tokens"):
+        npl.calculate_node({"mem_total_bytes": 449 * GIB}, requests, containers, "pve1", 4 * GIB)
+
+
+def test_a_node_without_containers_is_refused():
+    with pytest.raises(rq.DeployError, match="the inventory places no container host on it"):
+        npl.calculate_node({"mem_total_bytes": 449 * GIB}, {}, [], "pve1", 4 * GIB)
