@@ -132,8 +132,13 @@ def dev_index(key: str) -> Optional[int]:
     return option_index(key) if option_base(key) == "dev" else None
 
 
+_MOUNT_GPU_RE = re.compile(r"(?:^|\s)/dev/nvidia(\d+)(?:\s|$)")
+
+
 def config_gpus(config: Mapping[str, Any]) -> list[int]:
-    """The GPU indexes (``/dev/nvidiaN``) a container's config passes through as devN entries."""
+    """The GPU indexes (``/dev/nvidiaN``) a container's config passes through: ``devN`` entries, and raw
+    ``lxc.mount.entry`` lines (the pre-devN way; the API returns raw lines as ``lxc: [[key, value], ...]``).
+    The one reading of "which GPUs a container holds", for deploy's node plan and recover's scope."""
     gpus: set[int] = set()
     for key, value in config.items():
         if dev_index(str(key)) is None:
@@ -145,6 +150,11 @@ def config_gpus(config: Mapping[str, Any]) -> list[int]:
         match = _GPU_NODE_RE.match(str(path or ""))
         if match:
             gpus.add(int(match.group(1)))
+    for entry in config.get("lxc") or []:
+        if isinstance(entry, (list, tuple)) and len(entry) == 2 and str(entry[0]).strip() == "lxc.mount.entry":
+            match = _MOUNT_GPU_RE.search(str(entry[1]).strip())
+            if match:
+                gpus.add(int(match.group(1)))
     return sorted(gpus)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import ParseError, parse_cgroup_memory_value
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import (
     cgroup_path_of, join_root, parse_proc_cgroup, read_text)
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_gpu_devices import config_gpus
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import parse_mountinfo
 
 
@@ -38,13 +39,12 @@ def parse_pct_status(text: Optional[str]) -> dict[str, Any]:
     return result
 
 
-_DEV_GPU_RE = re.compile(r"(?:^|[=,\s])/dev/nvidia(\d+)(?:[,\s]|$)")
-
-
 def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
-    """GPU indexes passed to a container: ``devN: /dev/nvidiaX[,opts]`` or ``path=/dev/nvidiaX`` entries,
-    and raw ``lxc.mount.entry: /dev/nvidiaX ...`` lines (the pre-devN way). Snapshot sections are ignored."""
-    gpus: set[int] = set()
+    """GPU indexes passed to a container, from ``pct config`` text: ``devN: /dev/nvidiaX[,opts]`` (or
+    ``path=/dev/nvidiaX``) entries and raw ``lxc.mount.entry: /dev/nvidiaX ...`` lines, read by
+    pve_gpu_devices.config_gpus (the node plan's reading). Snapshot and [pending] sections are ignored."""
+    config: dict[str, Any] = {}
+    raw_lines: list[list[str]] = []
     for raw in (text or "").splitlines():
         line = raw.strip()
         if line.startswith("["):
@@ -52,11 +52,12 @@ def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
         key, sep, value = line.partition(":")
         if not sep:
             continue
-        key = key.strip()
-        if re.fullmatch(r"dev\d+", key) or key == "lxc.mount.entry":
-            for match in _DEV_GPU_RE.finditer(" " + value.strip() + " "):
-                gpus.add(int(match.group(1)))
-    return sorted(gpus)
+        if key.strip().startswith("lxc."):
+            raw_lines.append([key.strip(), value.strip()])
+        else:
+            config[key.strip()] = value.strip()
+    config["lxc"] = raw_lines
+    return config_gpus(config)
 
 
 _LIST_ROW = re.compile(r"^\s*(\d+)\s+(\S+)(?:\s|$)")

@@ -171,3 +171,18 @@ def test_the_node_planned_offline_refuses_a_release_whose_start_up_check_needs_t
 def test_a_node_without_containers_is_refused():
     with pytest.raises(rq.DeployError, match="the inventory places no container host on it"):
         npl.calculate_node({"mem_total_bytes": 449 * GIB}, {}, [], "pve1", 4 * GIB)
+
+
+def test_config_gpus_reads_raw_lxc_mount_entries_as_the_api_returns_them():
+    # The pre-devN way: lxc.cgroup2.devices.allow + lxc.mount.entry (GET .../config returns raw lines as lxc pairs).
+    config = {"memory": "4096", "lxc": [["lxc.cgroup2.devices.allow", "c 195:* rwm"],
+                                        ["lxc.mount.entry", "/dev/nvidia2 dev/nvidia2 none bind,optional,create=file"],
+                                        ["lxc.mount.entry", "/dev/nvidiactl dev/nvidiactl none bind,optional,create=file"]]}
+    assert pve_gpu_devices.config_gpus(config) == [2]
+
+
+def test_a_gpu_held_by_a_raw_mount_entry_is_refused_too():
+    other = guest(150, status="stopped", maxmem_gib=8, name="legacy",
+                  gpus=pve_gpu_devices.config_gpus({"lxc": [["lxc.mount.entry", "/dev/nvidia2 dev/nvidia2 none bind"]]}))
+    with pytest.raises(rq.DeployError, match="asks for GPU 2, which CT 150 legacy"):
+        plan([ct("ct129", 129, [0, 1, 2, 3], 100)], [other])
