@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_deploy import (
     CALCULATOR_FACT_KEYS,
     GPU_MEMORY_NOT_READ_MIB,
+    container_spec,
     memory_bytes,
     node_gate,
     require_gpu_memory,
@@ -50,7 +51,8 @@ def guest_label(guest: Mapping[str, Any]) -> str:
     return "%s %s%s (%s)" % (kind, guest.get("vmid"), " " + name if name else "", guest.get("status") or "unknown")
 
 
-def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]]) -> Dict[int, str]:
+def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]],
+               node_gpus: Sequence[int] = ()) -> Dict[int, str]:
     """GPU index -> the guest that holds it (devN), for the GPUs the containers ask for; refuses a GPU held by a
     guest the inventory does not place there, and a GPU two inventory containers ask for."""
     managed = {_int(ct["vmid"]) for ct in containers}
@@ -73,7 +75,7 @@ def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping
             else:
                 asked[gpu] = label
     if problems:
-        free = sorted(set(range(max(list(held) + list(asked) + [-1]) + 1)) - set(held) - set(asked))
+        free = sorted(set(int(g) for g in node_gpus) - set(held) - set(asked))
         raise DeployError(
             "refused before any change: a GPU is owned by one guest at a time. %s. Give each container GPUs no other "
             "guest holds (pve_gpu_container_gpus)%s, or free the GPU on the other guest first (pct set <vmid> "
@@ -90,7 +92,14 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     ({vmid, type, name, status, maxmem_bytes, mem_bytes, gpus}). Returns {gates: {host: gate}, table, ...}."""
     if others_count not in OTHERS_COUNT:
         raise DeployError("pve_gpu_container_node_others_count must be one of %s, got %r" % (", ".join(OTHERS_COUNT), others_count))
-    gpu_owners(containers, guests)
+    # Each container's own spec first (its VMID, memory, GPUs as a list without repeats), then who owns which GPU.
+    containers = [dict(ct, vmid=vmid, gpus=gpus) for ct in containers for vmid, _, gpus in [container_spec(ct)]]
+    vmids = [ct["vmid"] for ct in containers]
+    twice = sorted({v for v in vmids if vmids.count(v) > 1})
+    if twice:
+        raise DeployError("refused before any change: VMID %s is declared by more than one inventory host (%s)" % (
+            ", ".join(map(str, twice)), ", ".join(str(ct.get("host")) for ct in containers if ct["vmid"] in twice)))
+    gpu_owners(containers, guests, [int(g["index"]) for g in node.get("gpus") or []])
     by_vmid = {_int(g.get("vmid")): g for g in guests}
     total = int(node["mem_total_bytes"])
     gates: Dict[str, Any] = {}

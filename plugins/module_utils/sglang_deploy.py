@@ -103,7 +103,7 @@ def _refuse_plan(header: str, plan: Mapping[str, Any]) -> None:
 
 # --- stage 2: the node gate -------------------------------------------------------------------------------
 
-def _container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
+def container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
     """The declared container's VMID, memory limit (MiB) and GPU indexes, checked."""
     vmid = setting_int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), 100, 999_999_999)
     memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 16, MAX_CONTAINER_MEMORY_MIB,
@@ -134,7 +134,7 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
     """Check one container against the node's facts before anything changes; return its plan on the node.
     ``committed_elsewhere_bytes``: what the node's other containers planned in the same run will still take from
     MemAvailable (node_plan.plan_node plans a node's containers together)."""
-    vmid, memory_mib, wanted = _container_spec(container)
+    vmid, memory_mib, wanted = container_spec(container)
     node_gpus = {int(g["index"]): g for g in node.get("gpus") or []}
     node_nodes = set(node.get("device_paths") or [])
     missing = [g for g in wanted if g not in node_gpus]
@@ -477,7 +477,7 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
         raise DeployError("with plan_host, plan_input may give only the node's facts (%s); %s come from %s's variables "
                           "(sglang_server_*, pve_gpu_container_*): set those with -e instead, e.g. -e sglang_server_tp_size=4"
                           % (", ".join(CALCULATOR_FACT_KEYS), ", ".join(other), host or "the host"))
-    vmid, memory_mib, wanted = _container_spec(container or {})
+    vmid, memory_mib, wanted = container_spec(container or {})
     ranks = _ranks_match_gpus(req, vmid, wanted)
     limit = memory_mib * MIB_BYTES
     if "mem_total_bytes" in given:

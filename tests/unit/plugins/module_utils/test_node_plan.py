@@ -123,7 +123,7 @@ def test_a_gpu_another_container_holds_is_refused_naming_it_running_or_stopped()
         with pytest.raises(rq.DeployError) as err:
             plan([ct("ct133", 133, [0, 1, 2, 3], 100)], [guest(129, status=status, maxmem_gib=14, gpus=[0, 1], name="ct129")])
         assert "CT 133 (ct133) asks for GPU 0, which CT 129 ct129 (%s) already has as a devN passthrough" % status in str(err.value)
-        assert "not held by any guest: 2,3" not in str(err.value)
+        assert "not held by any guest: 4,5,6,7" in str(err.value)
 
 
 def test_two_inventory_containers_asking_for_one_gpu_are_refused():
@@ -186,3 +186,13 @@ def test_a_gpu_held_by_a_raw_mount_entry_is_refused_too():
                   gpus=pve_gpu_devices.config_gpus({"lxc": [["lxc.mount.entry", "/dev/nvidia2 dev/nvidia2 none bind"]]}))
     with pytest.raises(rq.DeployError, match="asks for GPU 2, which CT 150 legacy"):
         plan([ct("ct129", 129, [0, 1, 2, 3], 100)], [other])
+
+
+def test_each_containers_own_spec_is_checked_before_ownership():
+    # A GPU listed twice, a VMID below 100: the container's own error, not an ownership conflict with itself.
+    with pytest.raises(rq.DeployError, match="CT 129: pve_gpu_container_gpus lists a GPU twice"):
+        plan([ct("ct129", 129, [0, 0], 100)])
+    with pytest.raises(rq.DeployError, match="must be between 100"):
+        plan([ct("ct129", 99, [0, 1, 2, 3], 100)], [guest(129, status="running", gpus=[0, 1])])
+    with pytest.raises(rq.DeployError, match="VMID 129 is declared by more than one inventory host"):
+        plan([ct("ct129", 129, [0, 1, 2, 3], 100), ct("ct129b", 129, [4, 5, 6, 7], 100)])
