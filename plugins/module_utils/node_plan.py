@@ -93,7 +93,8 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     if others_count not in OTHERS_COUNT:
         raise DeployError("pve_gpu_container_node_others_count must be one of %s, got %r" % (", ".join(OTHERS_COUNT), others_count))
     # Each container's own spec first (its VMID, memory, GPUs as a list without repeats), then who owns which GPU.
-    containers = [dict(ct, vmid=vmid, gpus=gpus) for ct in containers for vmid, _, gpus in [container_spec(ct)]]
+    checked = [(ct, container_spec(ct)) for ct in containers]
+    containers = [dict(ct, vmid=spec[0], gpus=spec[2]) for ct, spec in checked]
     vmids = [ct["vmid"] for ct in containers]
     twice = sorted({v for v in vmids if vmids.count(v) > 1})
     if twice:
