@@ -63,7 +63,8 @@ class ActionModule(ActionBase):
             elif stage == "node":
                 result["node_plan"] = node_plan.plan_node(args["requests"], args["containers"], args["node"],
                                                           args.get("guests") or [], int(args.get("node_reserve_bytes", 4 << 30)),
-                                                          str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"))
+                                                          str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"),
+                                                          str(args.get("owner_tag") or ""))
             elif stage == "launch":
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch

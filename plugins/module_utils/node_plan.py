@@ -15,7 +15,10 @@ The rules (docs/deploy.md, "The node's budget"):
   hold (``ceiling_bytes``: the pools plus the rank and front-end overheads; the in-container reserve is page cache
   and headroom the kernel can reclaim, not committed). Every other guest counts by its memory limit
   (``others_count='limit'``, the default: a stopped guest can be started at any time) or by what it uses now
-  (``'measured'``, where the operator says so). With the node's own reserve the sum must not exceed MemTotal.
+  (``'measured'``, where the operator says so). A running guest that carries the collection's owner tag but is not
+  in this run (``deploy_containers`` naming fewer containers, recover's relaunch of one) counts by what it uses now:
+  its pools are pinned at start-up and inside that use, so re-running one container plans as re-running all.
+  With the node's own reserve the sum must not exceed MemTotal.
 - **Re-runs plan the same**: a running container's memory is added back to what is available to it, and what it
   holds is not counted twice, so an unchanged node plans the same sizes and refuses nothing.
 """
@@ -85,7 +88,7 @@ def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping
 
 def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapping[str, Any]],
               node: Mapping[str, Any], guests: Sequence[Mapping[str, Any]], node_reserve_bytes: int,
-              others_count: str = "limit", node_name: str = "the node") -> Dict[str, Any]:
+              others_count: str = "limit", node_name: str = "the node", owner_tag: str = "") -> Dict[str, Any]:
     """Plan every container of one node together (see the module's doc). ``containers``: the inventory's
     containers placed on the node ({host, vmid, memory_mib, gpus}); ``requests``: host -> the request stage's
     result; ``node``: gpu_host_facts' memory and GPUs; ``guests``: every guest of the node from the PVE API
@@ -129,9 +132,14 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
         if _int(guest.get("vmid")) in managed:
             continue
         running = guest.get("status") == "running"
-        counted = _int(guest.get("maxmem_bytes")) if others_count == "limit" else (_int(guest.get("mem_bytes")) if running else 0)
+        ours = bool(owner_tag) and owner_tag in (guest.get("tags") or []) and running
+        if ours or others_count == "measured":
+            counted, basis = (_int(guest.get("mem_bytes")) if running else 0), "its use now"
+        else:
+            counted, basis = _int(guest.get("maxmem_bytes")), "its limit"
         others.append({"vmid": _int(guest.get("vmid")), "label": guest_label(guest), "limit_bytes": _int(guest.get("maxmem_bytes")),
-                       "mem_bytes": _int(guest.get("mem_bytes")) if running else 0, "counted_bytes": counted})
+                       "mem_bytes": _int(guest.get("mem_bytes")) if running else 0, "counted_bytes": counted,
+                       "basis": ("ours, not in this run: " if ours else "not managed, ") + basis})
     committed_total = sum(r["committed_bytes"] for r in rows) + sum(o["counted_bytes"] for o in others) + int(node_reserve_bytes)
     result = {"node": node_name, "mem_total_bytes": total, "node_reserve_bytes": int(node_reserve_bytes),
               "others_count": others_count, "containers": rows, "others": others,
@@ -190,8 +198,7 @@ def table(result: Mapping[str, Any]) -> List[str]:
             "%s (%d x %d GB)" % (fmt_gib(r["pinned_bytes"]), r["ranks"], r["per_rank_gb"]),
             fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"])))
     for o in result["others"]:
-        basis = "its limit" if result["others_count"] == "limit" else "its use now"
-        row = (o["label"][:32], fmt_gib(o["limit_bytes"]), "not managed, " + basis, "", fmt_gib(o["counted_bytes"]))
+        row = (o["label"][:32], fmt_gib(o["limit_bytes"]), o["basis"], "", fmt_gib(o["counted_bytes"]))
         lines.append("%-32s %12s %22s %12s %12s" % row)
     lines.append("%-32s %12s %22s %12s %12s" % ("the node's own reserve", "", "", "", fmt_gib(result["node_reserve_bytes"])))
     verdict = "fits" if result["committed_bytes"] <= result["mem_total_bytes"] else "OVER by %s" % fmt_gib(

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_api
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_config import pending_keys
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_gpu_devices import config_gpus
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError, split_tags
 
 
 class PveClient:
@@ -126,7 +126,8 @@ class PveClient:
                     gpus = config_gpus(config)
                 guests.append({"vmid": vmid, "type": kind, "name": str(item.get("name") or ""),
                                "status": str(item.get("status") or "unknown"), "maxmem_bytes": int(item.get("maxmem") or 0),
-                               "mem_bytes": int(item.get("mem") or 0), "gpus": gpus})
+                               "mem_bytes": int(item.get("mem") or 0), "gpus": gpus,
+                               "tags": split_tags(item.get("tags"))})
         return sorted(guests, key=lambda g: g["vmid"])
 
     def exists(self) -> bool:

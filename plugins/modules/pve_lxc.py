@@ -292,7 +292,7 @@ mem_bytes:
 node_guests:
   description:
     - (state=query, node_guests=true) Every guest of the node, by VMID - C(vmid), C(type) (C(lxc) or C(qemu)),
-      C(name), C(status), C(maxmem_bytes) (its memory limit), C(mem_bytes) (its use now) and C(gpus) (the
+      C(name), C(status), C(maxmem_bytes) (its memory limit), C(mem_bytes) (its use now), C(tags) and C(gpus) (the
       C(/dev/nvidiaN) indexes a container passes through as devN; a VM's vfio GPU is invisible to the NVIDIA driver
       and not listed).
   type: list

@@ -56,6 +56,10 @@ options:
     type: str
     choices: [limit, measured]
     default: limit
+  owner_tag:
+    description: (node) The PVE tag of the collection's containers; a running guest with it that is not in this run counts
+      by its use now.
+    type: str
   node_name:
     description: (node, calculate) The node's name, for the messages.
     type: str

@@ -196,3 +196,17 @@ def test_each_containers_own_spec_is_checked_before_ownership():
         plan([ct("ct129", 99, [0, 1, 2, 3], 100)], [guest(129, status="running", gpus=[0, 1])])
     with pytest.raises(rq.DeployError, match="VMID 129 is declared by more than one inventory host"):
         plan([ct("ct129", 129, [0, 1, 2, 3], 100), ct("ct129b", 129, [4, 5, 6, 7], 100)])
+
+
+def test_a_running_container_of_ours_not_in_this_run_counts_by_its_use_so_one_relaunch_plans_as_all():
+    # deploy_containers=ct129 (recover's relaunch): CT 131 is ours (owner tag), running, outside this run.
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct131", 131, [4, 5, 6, 7], 200)]
+    both = plan(containers)
+    used = both["containers"][1]["committed_bytes"]
+    ours = dict(guest(131, status="running", maxmem_gib=400, gpus=[4, 5, 6, 7], name="ct131"), mem_bytes=used, tags=["inferops-gpu"])
+    one = npl.plan_node({"ct129": request()}, containers[:1], NODE, [ours], 4 * GIB, "limit", "pve1", "inferops-gpu")
+    assert one["others"][0]["counted_bytes"] == used
+    assert one["others"][0]["basis"] == "ours, not in this run: its use now"
+    # Without the tag (another tool's container) the same guest counts by its 400 GiB limit and overflows the node.
+    with pytest.raises(rq.DeployError, match="not managed, its limit"):
+        npl.plan_node({"ct129": request()}, containers[:1], NODE, [dict(ours, tags=[])], 4 * GIB, "limit", "pve1", "inferops-gpu")
