@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_deploy import (
     CALCULATOR_FACT_KEYS,
     GPU_MEMORY_NOT_READ_MIB,
+    check_gpus_exist,
     container_spec,
     memory_bytes,
     node_gate,
@@ -95,7 +96,8 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     ({vmid, type, name, status, maxmem_bytes, mem_bytes, gpus}). Returns {gates: {host: gate}, table, ...}."""
     if others_count not in OTHERS_COUNT:
         raise DeployError("pve_gpu_container_node_others_count must be one of %s, got %r" % (", ".join(OTHERS_COUNT), others_count))
-    # Each container's own spec first (its VMID, memory, GPUs as a list without repeats), then who owns which GPU.
+    # Each container's own spec first (its VMID, memory, GPUs as a list without repeats, GPUs the node has), then who
+    # owns which GPU.
     checked = [(ct, container_spec(ct)) for ct in containers]
     containers = [dict(ct, vmid=spec[0], gpus=spec[2]) for ct, spec in checked]
     vmids = [ct["vmid"] for ct in containers]
@@ -103,6 +105,8 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     if twice:
         raise DeployError("refused before any change: VMID %s is declared by more than one inventory host (%s)" % (
             ", ".join(map(str, twice)), ", ".join(str(ct.get("host")) for ct in containers if ct["vmid"] in twice)))
+    for ct in containers:
+        check_gpus_exist(ct["vmid"], ct["gpus"], node)
     gpu_owners(containers, guests, [int(g["index"]) for g in node.get("gpus") or []])
     by_vmid = {_int(g.get("vmid")): g for g in guests}
     total = int(node["mem_total_bytes"])

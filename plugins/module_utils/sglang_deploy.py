@@ -129,12 +129,8 @@ def _ranks_match_gpus(req: Mapping[str, Any], vmid: int, wanted: Sequence[int]) 
     return ranks
 
 
-def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mapping[str, Any],
-              node_reserve_bytes: int, committed_elsewhere_bytes: int = 0) -> Dict[str, Any]:
-    """Check one container against the node's facts before anything changes; return its plan on the node.
-    ``committed_elsewhere_bytes``: what the node's other containers planned in the same run will still take from
-    MemAvailable (node_plan.plan_node plans a node's containers together)."""
-    vmid, memory_mib, wanted = container_spec(container)
+def check_gpus_exist(vmid: int, wanted: Sequence[int], node: Mapping[str, Any]) -> Dict[int, Any]:
+    """The node's GPUs by index; refuses GPUs (or their device nodes) the node does not have."""
     node_gpus = {int(g["index"]): g for g in node.get("gpus") or []}
     node_nodes = set(node.get("device_paths") or [])
     missing = [g for g in wanted if g not in node_gpus]
@@ -145,6 +141,16 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
         raise DeployError(
             "CT %d asks for GPUs %s but the node has %d GPU(s) (indexes %s)%s. Set pve_gpu_container_gpus to GPUs "
             "the node has." % (vmid, ",".join(map(str, wanted)), len(node_gpus), have, lacking))
+    return node_gpus
+
+
+def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mapping[str, Any],
+              node_reserve_bytes: int, committed_elsewhere_bytes: int = 0) -> Dict[str, Any]:
+    """Check one container against the node's facts before anything changes; return its plan on the node.
+    ``committed_elsewhere_bytes``: what the node's other containers planned in the same run will still take from
+    MemAvailable (node_plan.plan_node plans a node's containers together)."""
+    vmid, memory_mib, wanted = container_spec(container)
+    node_gpus = check_gpus_exist(vmid, wanted, node)
     limit = memory_mib * MIB_BYTES
     total = int(node["mem_total_bytes"])
     if limit + node_reserve_bytes > total:

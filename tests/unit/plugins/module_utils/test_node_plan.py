@@ -210,3 +210,9 @@ def test_a_running_container_of_ours_not_in_this_run_counts_by_its_use_so_one_re
     # Without the tag (another tool's container) the same guest counts by its 400 GiB limit and overflows the node.
     with pytest.raises(rq.DeployError, match="not managed, its limit"):
         npl.plan_node({"ct129": request()}, containers[:1], NODE, [dict(ours, tags=[])], 4 * GIB, "limit", "pve1", "inferops-gpu")
+
+
+def test_a_gpu_the_node_lacks_is_named_before_two_containers_asking_for_it():
+    # -e pve_gpu_container_gpus=[0,9] reaches every container of the run: the node's lack of GPU 9 is the cause.
+    with pytest.raises(rq.DeployError, match="CT 129 asks for GPUs 0,9 but the node has 8 GPU"):
+        plan([ct("ct129", 129, [0, 9], 100), ct("ct132", 132, [0, 9], 100)])
