@@ -9,7 +9,6 @@ change and name what it refuses, and nothing may change on the node.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -69,36 +68,6 @@ def refused(result: subprocess.CompletedProcess, *words: str) -> str:
     for word in words:
         assert word in out, "%r not in: %s" % (word, out[-3000:])
     return out
-
-
-def gpu_apps() -> dict:
-    """GPU index -> the VMIDs whose processes hold memory on it, from the node's nvidia-smi and each PID's cgroup."""
-    index = dict(line.split(", ") for line in sh("nvidia-smi", "--query-gpu=uuid,index", "--format=csv,noheader").splitlines())
-    held: dict = {}
-    for line in sh("nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits").splitlines():
-        pid, uuid, _mib = [f.strip() for f in line.split(",")]
-        try:
-            with open("/proc/%s/cgroup" % pid) as f:
-                cgroup = f.read()
-        except OSError:
-            continue
-        vmid = next((part.split("/")[0] for part in cgroup.split("/lxc/")[1:]), "host")
-        held.setdefault(int(index[uuid]), set()).add(vmid)
-    return held
-
-
-def test_both_tenants_run_their_own_server_on_their_own_gpus():
-    # One deploy.yml run placed CT 129 (GPUs 0-1) and CT 132 (GPUs 2-3) on the node, each with its own server.
-    apps = gpu_apps()
-    for vmid, gpus in (("129", [0, 1]), ("132", [2, 3])):
-        config = sh("/usr/sbin/pct", "config", vmid)
-        passed = sorted(int(m) for m in re.findall(r"^dev\d+: /dev/nvidia(\d+)\b", config, re.M))
-        assert passed == gpus, config
-        assert sh("/usr/sbin/pct", "exec", vmid, "--", "systemctl", "is-active", "sglang.service").strip() == "active"
-        argv = sh("/usr/sbin/pct", "exec", vmid, "--", "sh", "-c", "cat /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline")
-        assert "--hicache-size\x001\x00" in argv and "--tp-size\x002\x00" in argv, argv
-        for gpu in gpus:
-            assert apps.get(gpu) == {vmid}, apps
 
 
 def test_a_gpu_another_inventory_container_asks_for_is_refused_naming_ct_129():
