@@ -46,9 +46,11 @@ FAULTS = {
                                "--seconds 30" % (LABCTL, VMID, LABCTL, VMID)},
     # The driver asks for a GPU reset (gpu_recovery_action Reset) while the server runs: rungs 4 then 5.
     "recovery-action": {"setup": START + " && %s fault inject recovery-action --vmid %d --gpu 0" % (LABCTL, VMID)},
-    # The incident replayed by hand (labctl incident): TP 8 x --hicache-size 2 in the 14 GiB container; the cgroup
-    # OOM-kills a rank. deploy.yml refuses this configuration, so the bench launches it the way the operator did.
-    # The incident gave CT 129 eight GPUs by hand, so recover refuses deploy's two-GPU baseline as stale; the bench
+    # The incident replayed by hand (labctl incident) on the shared lab node (CT 132 holds GPUs 2-3): TP 4 on
+    # CT 129's GPUs and the free ones, SGLang 0.5.4 (pools pinned at the power of two above the request), x
+    # --hicache-size 3 in the 14 GiB container; the cgroup OOM-kills a rank (molecule/recover/verify.yml says why).
+    # deploy.yml refuses this configuration, so the bench launches it the way the operator did.
+    # The replay gave CT 129 four GPUs by hand, so recover refuses deploy's two-GPU baseline as stale; the bench
     # does what that refusal says: once no process of the CT is left on a GPU, recover_record_baseline=true.
     # Faults that end Not clean, by design: the time to an honest verdict is what is measured.
     "memory-na": {"setup": "pct exec %d -- systemctl disable -q --now sglang.service; %s fault inject memory-na --vmid %d "
@@ -57,7 +59,7 @@ FAULTS = {
     "xid-on-exit": {"setup": "%s fault inject escaped-workers --vmid %d && %s fault inject xid-on-exit --vmid %d --gpu 0 "
                              "--xid 13" % (LABCTL, VMID, LABCTL, VMID),
                     "expect": "Not clean"},
-    "oom": {"setup": "%s incident --vmid %d --tp 8 --hicache-size 2 --version 0.5.9 >/dev/null && "
+    "oom": {"setup": "%s incident --vmid %d --tp 4 --hicache-size 3 --version 0.5.4 >/dev/null && "
                      "for i in $(seq 90); do [ -z \"$(for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); "
                      "do grep -qs /lxc/%d/ /proc/$p/cgroup && echo $p; done)\" ] && break; sleep 1; done" % (LABCTL, VMID, VMID),
             "extra": ["-e", "recover_record_baseline=true"]},

@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
                 result["request"] = sglang_request.request(args.get("settings") or {})
             elif stage == "node":
                 result["node_plan"] = node_plan.plan_node(args["requests"], args["containers"], args["node"],
-                                                          args.get("guests") or [], int(args.get("node_reserve_bytes", 4 << 30)),
+                                                          args.get("guests") or [], self._node_reserve_bytes(args),
                                                           str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"),
                                                           str(args.get("owner_tag") or ""))
             elif stage == "launch":
@@ -72,7 +72,7 @@ class ActionModule(ActionBase):
             elif stage == "calculate" and args.get("containers") is not None:
                 result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
                                                                  args["containers"], str(args.get("node_name") or ""),
-                                                                 int(args.get("node_reserve_bytes", 4 << 30)))
+                                                                 self._node_reserve_bytes(args))
             elif stage == "calculate":
                 result["calculation"] = sglang_deploy.calculate(args.get("plan_input"), args.get("requested_gb"),
                                                                 args.get("request"), args.get("container"),
@@ -87,6 +87,17 @@ class ActionModule(ActionBase):
             result["failed"] = True
             result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)
         return result
+
+    def _node_reserve_bytes(self, args):
+        """The node's reserve as given, else the pve_gpu_container role's documented default (plan.yml reads a node's
+        settings without running that role on it)."""
+        if args.get("node_reserve_bytes") not in (None, ""):
+            return int(args["node_reserve_bytes"])
+        try:
+            return int(playbook_inputs.role_default("pve_gpu_container", "main", "pve_gpu_container_node_reserve_bytes",
+                                                    self._loader.load_from_file))
+        except playbook_inputs.InputsError as exc:
+            raise sglang_request.DeployError(str(exc)) from exc
 
     def _inventory_names(self, host_name):
         """The variable names the inventory gives ``host_name``: the inventory sources' host and group vars, and the

@@ -11,16 +11,19 @@ The rules (docs/deploy.md, "The node's budget"):
 - **Each container is planned against what the others leave.** The containers are planned in VMID order; each is
   planned against the node's MemAvailable less what the containers planned before it will still add (their
   committed memory less what they already hold), so two containers never both take the same free memory.
-- **The node's committed memory fits its RAM.** A managed container commits what its plan pins and its processes
-  hold (``ceiling_bytes``: the pools plus the rank and front-end overheads; the in-container reserve is page cache
-  and headroom the kernel can reclaim, not committed). Every other guest counts by its memory limit
-  (``others_count='limit'``, the default: a stopped guest can be started at any time) or by what it uses now
-  (``'measured'``, where the operator says so). A running guest that carries the collection's owner tag but is not
-  in this run (``deploy_containers`` naming fewer containers, recover's relaunch of one) counts by what it uses now:
-  its pools are pinned at start-up and inside that use, so re-running one container plans as re-running all.
-  With the node's own reserve the sum must not exceed MemTotal.
-- **Re-runs plan the same**: a running container's memory is added back to what is available to it, and what it
-  holds is not counted twice, so an unchanged node plans the same sizes and refuses nothing.
+- **The node's committed memory fits its RAM.** A managed container that is new, stopped, or will pin more than it
+  holds commits what its plan pins and its processes hold (``ceiling_bytes``: the pools plus the rank and front-end
+  overheads; the in-container reserve is page cache and headroom the kernel can reclaim, not committed). A running
+  one whose plan pins no more than it holds counts what it holds now, measured on the node from its memory cgroup
+  (usage less the file LRU lists: the shared-memory pools stay in; the PVE API's ``mem`` leaves them out). Every
+  other guest counts by its memory limit (``others_count='limit'``, the default: a stopped guest can be started at
+  any time) or by what it holds now (``'measured'``, where the operator says so). A running guest that carries the
+  collection's owner tag but is not in this run (``deploy_containers`` naming fewer containers, recover's relaunch
+  of one) counts by what it holds now, as it would in the run. With the node's own reserve the sum must not exceed
+  MemTotal.
+- **Re-runs plan the same**: a running container's held memory is added back to what is available to it, is not
+  counted twice, and is counted the same whether the container is in the run or not, so an unchanged node plans
+  the same sizes and refuses nothing, for a re-run of one container or of all.
 """
 
 from __future__ import annotations
@@ -53,6 +56,16 @@ def guest_label(guest: Mapping[str, Any]) -> str:
     kind = "VM" if guest.get("type") == "qemu" else "CT"
     name = str(guest.get("name") or "")
     return "%s %s%s (%s)" % (kind, guest.get("vmid"), " " + name if name else "", guest.get("status") or "unknown")
+
+
+def held_bytes(guest: Mapping[str, Any], measured: Mapping[str, Any]) -> int:
+    """What a running guest holds now: its memory cgroup's usage less reclaimable page cache, read on the node
+    (gpu_host_facts ``containers_memory``: shared-memory pools included), else the PVE API's ``mem`` (which leaves
+    shared memory out, so it misses SGLang's pinned pools; the only figure for a VM). A stopped guest holds 0."""
+    if guest.get("status") != "running":
+        return 0
+    read = (measured.get(str(_int(guest.get("vmid")))) or {}).get("memory_held_bytes")
+    return _int(read) if read is not None and guest.get("type", "lxc") == "lxc" else _int(guest.get("mem_bytes"))
 
 
 def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]],
@@ -108,27 +121,46 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
     for ct in containers:
         check_gpus_exist(ct["vmid"], ct["gpus"], node)
     gpu_owners(containers, guests, [int(g["index"]) for g in node.get("gpus") or []])
+    for ct in containers:
+        if ct["host"] not in requests:
+            raise DeployError("%s: no plan request. Run playbooks/deploy.yml: its first play checks the container's settings"
+                              % ct["host"])
+    args = (containers, node, guests, int(node_reserve_bytes), others_count, node_name, owner_tag)
+    result = _commit(requests, *args)
+    if not result["fits"]:
+        raise DeployError("refused before any change: the containers' plans fit each container, but together they "
+                          "overflow node %s.\n%s\n%s" % (node_name, "\n".join(result["table"]), advice(result, requests, args)))
+    return result
+
+
+def _commit(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapping[str, Any]], node: Mapping[str, Any],
+            guests: Sequence[Mapping[str, Any]], node_reserve_bytes: int, others_count: str, node_name: str,
+            owner_tag: str) -> Dict[str, Any]:
+    """The containers planned in VMID order, each against what the ones before it leave, and the node's committed
+    memory (rows, other guests, the table, ``fits``). A container's own plan that does not fit raises (node_gate)."""
     by_vmid = {_int(g.get("vmid")): g for g in guests}
-    total = int(node["mem_total_bytes"])
+    measured = node.get("containers_memory") or {}
     gates: Dict[str, Any] = {}
     rows: List[Dict[str, Any]] = []
     to_add = 0  # what the containers planned so far will still take from MemAvailable
     for ct in sorted(containers, key=lambda c: _int(c["vmid"])):
         host = ct["host"]
-        if host not in requests:
-            raise DeployError("%s: no plan request. Run playbooks/deploy.yml: its first play checks the container's settings"
-                              % host)
         guest = by_vmid.get(_int(ct["vmid"]), {})
-        held = _int(guest.get("mem_bytes")) if guest.get("status") == "running" else 0
+        held = held_bytes(guest, measured)
         container = dict(ct, existing_mem_bytes=held)
         gate = node_gate(requests[host], node, container, node_reserve_bytes, committed_elsewhere_bytes=to_add)
-        committed = int(gate["plan"]["ceiling_bytes"])
+        ceiling, pinned = int(gate["plan"]["ceiling_bytes"]), int(gate["plan"]["engine_pinned_bytes"])
+        # A running container whose plan pins no more than it holds now counts what it holds (measured: its pools are
+        # pinned at start-up and inside it), as a running container of ours outside this run does; so re-running one
+        # or all plans the same. One that is new, stopped, or will pin more commits its ceiling.
+        in_use = guest.get("status") == "running" and pinned <= held
+        committed = held if in_use else ceiling
         to_add += max(0, committed - held)
         gates[host] = gate
         rows.append({"vmid": gate["vmid"], "host": host, "limit_bytes": gate["memory_limit_bytes"],
-                     "ranks": gate["ranks"], "per_rank_gb": gate["per_rank_gb"],
-                     "pinned_bytes": int(gate["plan"]["engine_pinned_bytes"]),
+                     "ranks": gate["ranks"], "per_rank_gb": gate["per_rank_gb"], "pinned_bytes": pinned,
                      "overhead_bytes": int(gate["plan"]["overhead_bytes"]), "committed_bytes": committed,
+                     "ceiling_bytes": ceiling, "counted_in_use": in_use,
                      "held_bytes": held, "requested_gb": gate["plan"].get("requested_gb")})
     managed = {_int(ct["vmid"]) for ct in containers}
     others = []
@@ -138,21 +170,18 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
         running = guest.get("status") == "running"
         ours = bool(owner_tag) and owner_tag in (guest.get("tags") or []) and running
         if ours or others_count == "measured":
-            counted, basis = (_int(guest.get("mem_bytes")) if running else 0), "its use now"
+            counted, basis = held_bytes(guest, measured), "its use now"
         else:
             counted, basis = _int(guest.get("maxmem_bytes")), "its limit"
         others.append({"vmid": _int(guest.get("vmid")), "label": guest_label(guest), "limit_bytes": _int(guest.get("maxmem_bytes")),
-                       "mem_bytes": _int(guest.get("mem_bytes")) if running else 0, "counted_bytes": counted,
+                       "mem_bytes": held_bytes(guest, measured), "counted_bytes": counted,
                        "basis": ("ours, not in this run: " if ours else "not managed, ") + basis})
-    committed_total = sum(r["committed_bytes"] for r in rows) + sum(o["counted_bytes"] for o in others) + int(node_reserve_bytes)
-    result = {"node": node_name, "mem_total_bytes": total, "node_reserve_bytes": int(node_reserve_bytes),
+    total = int(node["mem_total_bytes"])
+    committed_total = sum(r["committed_bytes"] for r in rows) + sum(o["counted_bytes"] for o in others) + node_reserve_bytes
+    result = {"node": node_name, "mem_total_bytes": total, "node_reserve_bytes": node_reserve_bytes,
               "others_count": others_count, "containers": rows, "others": others,
-              "committed_bytes": committed_total, "fits": committed_total <= total}
+              "committed_bytes": committed_total, "fits": committed_total <= total, "gates": gates}
     result["table"] = table(result)
-    if not result["fits"]:
-        raise DeployError("refused before any change: the containers' plans fit each container, but together they "
-                          "overflow node %s.\n%s\n%s" % (node_name, "\n".join(result["table"]), advice(result)))
-    result["gates"] = gates
     return result
 
 
@@ -200,7 +229,8 @@ def table(result: Mapping[str, Any]) -> List[str]:
         lines.append("%-32s %12s %22s %12s %12s" % (
             "CT %d %s" % (r["vmid"], r["host"]), fmt_gib(r["limit_bytes"]),
             "%s (%d x %d GB)" % (fmt_gib(r["pinned_bytes"]), r["ranks"], r["per_rank_gb"]),
-            fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"])))
+            fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"]))
+            + ("  running: what it holds now" if r.get("counted_in_use") else ""))
     for o in result["others"]:
         row = (o["label"][:32], fmt_gib(o["limit_bytes"]), o["basis"], "", fmt_gib(o["counted_bytes"]))
         lines.append("%-32s %12s %22s %12s %12s" % row)
@@ -212,19 +242,41 @@ def table(result: Mapping[str, Any]) -> List[str]:
     return lines
 
 
-def advice(result: Mapping[str, Any]) -> str:
-    """What to change: the per-rank sizes that would fit the node (the pools scaled down together), or fewer guests."""
+def advice(result: Mapping[str, Any], requests: Mapping[str, Mapping[str, Any]], args: Sequence[Any]) -> str:
+    """What to change: per-rank sizes that fit the node, each checked by planning the node again with them (the
+    pools scaled down together, then one GB less at a time), or fewer guests."""
     over = result["committed_bytes"] - result["mem_total_bytes"]
+    elsewhere = ("lower the other guests' memory limits (or set pve_gpu_container_node_others_count=measured to count what "
+                 "they use now), or place a container on another node")
     pinned = sum(r["pinned_bytes"] for r in result["containers"])
-    if pinned <= over:
-        return ("Even with no host KV pools the node is over: lower the other guests' memory limits (or set "
-                "pve_gpu_container_node_others_count=measured to count what they use now), or place a container on "
-                "another node.")
+    sized = [r for r in result["containers"] if r["per_rank_gb"]]
+    if pinned <= over or not sized:
+        return "Even with no host KV pools the node is over: %s." % elsewhere
     keep = (pinned - over) / pinned
-    sizes = ["%s: sglang_server_hicache_requested_gb=%d" % (r["host"], max(1, int(r["per_rank_gb"] * keep)))
-             for r in result["containers"] if r["per_rank_gb"]]
-    return ("To fit, lower the host KV pools by %s in all (%s), lower the other guests' limits, or place a container on "
-            "another node." % (fmt_gib(over), "; ".join(sizes)))
+    sizes = {r["host"]: max(1, int(r["per_rank_gb"] * keep)) for r in sized}
+    while True:
+        try:
+            fits = _commit(_with_sizes(requests, sizes), *args)["fits"]
+        except DeployError:  # a size the release refuses (e.g. a host pool below the device pool up to 0.5.14)
+            fits = False
+        if fits:
+            return "To fit, lower the host KV pools by %s in all (%s), or %s." % (
+                fmt_gib(over), "; ".join("%s: sglang_server_hicache_requested_gb=%d" % hs for hs in sorted(sizes.items())),
+                elsewhere)
+        if all(gb == 1 for gb in sizes.values()):
+            return "No per-rank size of the host KV pools fits the node (not even 1 GB per rank): %s." % elsewhere
+        sizes = {host: max(1, gb - 1) for host, gb in sizes.items()}
 
 
-__all__ = ["OTHERS_COUNT", "plan_node", "calculate_node", "gpu_owners", "table", "advice", "guest_label"]
+def _with_sizes(requests: Mapping[str, Mapping[str, Any]], sizes: Mapping[str, int]) -> Dict[str, Any]:
+    """The requests with ``sglang_server_hicache_requested_gb`` set for the hosts in ``sizes``."""
+    out = dict(requests)
+    for host, gb in sizes.items():
+        req = dict(requests[host])
+        req["plan_base"] = dict(req["plan_base"], requested_gb=gb)
+        req["requested_gb"] = gb
+        out[host] = req
+    return out
+
+
+__all__ = ["OTHERS_COUNT", "plan_node", "calculate_node", "gpu_owners", "held_bytes", "table", "advice", "guest_label"]

@@ -154,6 +154,16 @@ def role_options(role: str, entry: str, load: Loader, root: str = COLLECTION_ROO
     return out
 
 
+def role_default(role: str, entry: str, name: str, load: Loader, root: str = COLLECTION_ROOT) -> Any:
+    """The documented default of one role option (``meta/argument_specs.yml``), for a value read where the role does
+    not run (plan.yml reads a node's settings without running the node's role): one figure, kept in one place."""
+    specs = (load(os.path.join(root, "roles", role, "meta", "argument_specs.yml")) or {}).get("argument_specs") or {}
+    options = (specs.get(entry) or {}).get("options") or {}
+    if name not in options or "default" not in options[name]:
+        raise InputsError("role %s (%s) documents no default for %s" % (role, entry, name))
+    return options[name]["default"]
+
+
 def allowed(playbook: str, load: Loader, root: str = COLLECTION_ROOT) -> Dict[str, str]:
     """The extra variable names ``playbook`` accepts (name: where it is documented), AWX's prefixes aside."""
     if playbook not in PLAYBOOK_INPUTS:

@@ -109,10 +109,29 @@ def container_cgroup_dir(init_cgroup: Mapping[str, str], vmid: int, controller: 
     return None
 
 
+def held_bytes(usage: Optional[int], stat_text: Optional[str], version: int) -> Optional[int]:
+    """What the cgroup holds that the kernel cannot reclaim as page cache: its usage less the file LRU lists
+    (``active_file`` + ``inactive_file``; v1: the hierarchical ``total_*``). Shared memory (tmpfs, MAP_SHARED
+    anonymous: SGLang's host pools from 0.5.15, and up to 0.5.4) is swap-backed and sits on the anon lists, so it
+    stays in (Documentation/admin-guide/cgroup-v2.rst, memory.stat: ``file`` includes shmem, the LRU lists are
+    split by swap-backed or not). PVE's own ``mem`` (usage less ``file``/``total_cache``) leaves shmem out, so it
+    misses the pinned pools. None when the usage or the file lists cannot be read."""
+    if usage is None or not stat_text:
+        return None
+    prefix = "total_" if version == 1 else ""
+    stat = dict(re.findall(r"^(\w+) (\d+)$", stat_text, re.M))
+    try:
+        lru_file = int(stat[prefix + "active_file"]) + int(stat[prefix + "inactive_file"])
+    except KeyError:
+        return None
+    return max(0, usage - lru_file)
+
+
 def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dict[str, Any]:
-    """Memory limit, usage and OOM-kill count of the container's cgroup (v2 or v1), None when stopped."""
+    """Memory limit, usage, what it holds beyond reclaimable page cache (:func:`held_bytes`) and OOM-kill count of
+    the container's cgroup (v2 or v1), None when stopped."""
     result: dict[str, Any] = {"cgroup_version": None, "path": None, "memory_limit_bytes": None,
-                              "memory_usage_bytes": None, "oom_kills": None}
+                              "memory_usage_bytes": None, "memory_held_bytes": None, "oom_kills": None}
     if not init_pid:
         return result
     cg = parse_proc_cgroup(read_text(join_root(root, "/proc/%d/cgroup" % init_pid)))
@@ -135,7 +154,9 @@ def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dic
         if not os.path.exists(d + "/" + limit_file):
             continue
         m = re.search(r"^oom_kill (\d+)", read_text(d + "/" + events_file) or "", re.M)
+        usage = num(read_text(d + "/" + usage_file))
         result.update(cgroup_version=version, path=path, memory_limit_bytes=num(read_text(d + "/" + limit_file)),
-                      memory_usage_bytes=num(read_text(d + "/" + usage_file)), oom_kills=int(m.group(1)) if m else None)
+                      memory_usage_bytes=usage, memory_held_bytes=held_bytes(usage, read_text(d + "/memory.stat"), version),
+                      oom_kills=int(m.group(1)) if m else None)
         break
     return result

@@ -47,6 +47,15 @@ options:
       - Also list the processes using the GPUs (C(--query-compute-apps)).
     type: bool
     default: true
+  container_vmids:
+    description:
+      - On a Proxmox VE node, the containers whose memory cgroup to read (init PID from C(pct status VMID --verbose)),
+        for RV(containers_memory). A stopped container is reported with null figures.
+      - What a container holds is read from its cgroup, because the PVE API's C(mem) (usage less page cache, which
+        includes shared memory) leaves out the shared-memory pools SGLang pins.
+    type: list
+    elements: int
+    default: []
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
   - inferops.gpu_inference.attributes.facts
@@ -168,6 +177,20 @@ container:
     in_container: true
     type: lxc
     source: /proc/1/environ
+containers_memory:
+  description:
+    - Per container of O(container_vmids) (the VMID as a string), its memory cgroup's limit, usage, what it holds
+      beyond reclaimable page cache (C(memory_held_bytes)) and OOM kills, in bytes; null figures when stopped.
+  returned: always
+  type: dict
+  sample:
+    "129":
+      cgroup_version: 2
+      path: /lxc/129
+      memory_limit_bytes: 15032385536
+      memory_usage_bytes: 2092552192
+      memory_held_bytes: 2059751424
+      oom_kills: 0
 device_nodes:
   description: NVIDIA device nodes under /dev.
   returned: always
@@ -183,7 +206,7 @@ device_nodes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts, recover_pve
 
 
 def _run_nvidia_smi(module, args):
@@ -240,7 +263,24 @@ def gather(module, root="/"):
         detect_virt_output = out
     result["container"] = gpu_facts.detect_container(root, detect_virt_output)
     result["device_nodes"] = gpu_facts.list_nvidia_devices(root)
+    result["containers_memory"] = _containers_memory(module, params["container_vmids"], root)
     return result
+
+
+def _containers_memory(module, vmids, root):
+    """Each container's cgroup memory (recover_pve.container_memory), its init PID from ``pct status --verbose``."""
+    if not vmids:
+        return {}
+    pct = module.get_bin_path("pct", required=True, opt_dirs=["/usr/sbin"])
+    out = {}
+    for vmid in vmids:
+        rc, text, err = module.run_command([pct, "status", str(vmid), "--verbose"], environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            module.fail_json(msg="pct status %d --verbose failed (%d): %s" % (vmid, rc, (err or text).strip()))
+        status = recover_pve.parse_pct_status(text)
+        pid = status["pid"] if status["status"] == "running" else None
+        out[str(vmid)] = recover_pve.container_memory(vmid, pid, root)
+    return out
 
 
 def main():
@@ -249,6 +289,7 @@ def main():
             require_gpus=dict(type="bool", default=False),
             nvidia_smi_path=dict(type="path"),
             gather_compute_apps=dict(type="bool", default=True),
+            container_vmids=dict(type="list", elements="int", default=[]),
         ),
         supports_check_mode=True,
     )

@@ -81,6 +81,7 @@ options:
     type: dict
   node_reserve_bytes:
     description: (node, calculate) RAM the node keeps for itself on top of the container limits and committed memory.
+      Not given, the documented default of the pve_gpu_container role's C(pve_gpu_container_node_reserve_bytes).
     type: int
   node_state:
     description: (launch) What the node play found (driver version, GPUs, declared memory limit).

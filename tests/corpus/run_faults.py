@@ -61,7 +61,9 @@ FAULTS = [
 
 
 def cut_run(fault: dict) -> dict:
-    argv = [labstate.ansible_playbook(), "-i", labstate.INVENTORY, os.path.join(labstate.ROOT, "playbooks", "deploy.yml")]
+    # CT 129 alone (the lab's second tenant, CT 132, is deployed beside it by molecule's converge).
+    argv = [labstate.ansible_playbook(), "-i", labstate.INVENTORY, os.path.join(labstate.ROOT, "playbooks", "deploy.yml"),
+            "-e", "deploy_containers=ct129"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=labstate.playbook_env(),
                             cwd=labstate.ROOT)
     out, fired = [], {}

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The node is planned as a whole (issue 21), checked against the lab's world after converge: CT 129 deployed by
+"""The node is planned as a whole (issue 21), checked against the lab's world after converge: CT 129 and CT 132 deployed by
 deploy.yml, the bystander (CT 130, not managed) holding GPU 4 as dev0.
 
 Each case runs deploy.yml in check mode with one more declared container or one more guest on the node, and reads
@@ -9,6 +9,7 @@ change and name what it refuses, and nothing may change on the node.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,8 @@ def deploy_check(extra_hosts: dict | None = None, *args: str) -> subprocess.Comp
                               env=labstate.playbook_env())
 
 
-def declared(vmid: int, gpus: list, memory_mib: int = 14336) -> dict:
-    """A container declared like CT 129 (its host_vars), with its own VMID, GPUs and address."""
+def declared(vmid: int, gpus: list, memory_mib: int = 14336, **settings) -> dict:
+    """A container declared like CT 129 (its host_vars), with its own VMID, GPUs and address (and ``settings``)."""
     with open(os.path.join(ROOT, "inventories", "lab", "host_vars", "ct129.yml")) as f:
         host = yaml.safe_load(f)
     host.update({
@@ -57,7 +58,7 @@ def declared(vmid: int, gpus: list, memory_mib: int = 14336) -> dict:
         "ansible_user": "root", "ansible_private_key_file": "/var/lib/inferops-lab/ssh/id_ed25519",
         "proxmox_vmid": vmid, "pve_gpu_container_gpus": gpus, "pve_gpu_container_memory_mib": memory_mib,
         "pve_gpu_container_net": {"net0": "name=eth0,bridge={{ proxmox_bridge }},ip=10.77.0.%d/24,gw={{ proxmox_bridge_gateway }}" % vmid},
-    })
+    }, **settings)
     return {"ct%d" % vmid: host}
 
 
@@ -68,6 +69,36 @@ def refused(result: subprocess.CompletedProcess, *words: str) -> str:
     for word in words:
         assert word in out, "%r not in: %s" % (word, out[-3000:])
     return out
+
+
+def gpu_apps() -> dict:
+    """GPU index -> the VMIDs whose processes hold memory on it, from the node's nvidia-smi and each PID's cgroup."""
+    index = dict(line.split(", ") for line in sh("nvidia-smi", "--query-gpu=uuid,index", "--format=csv,noheader").splitlines())
+    held: dict = {}
+    for line in sh("nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits").splitlines():
+        pid, uuid, _mib = [f.strip() for f in line.split(",")]
+        try:
+            with open("/proc/%s/cgroup" % pid) as f:
+                cgroup = f.read()
+        except OSError:
+            continue
+        vmid = next((part.split("/")[0] for part in cgroup.split("/lxc/")[1:]), "host")
+        held.setdefault(int(index[uuid]), set()).add(vmid)
+    return held
+
+
+def test_both_tenants_run_their_own_server_on_their_own_gpus():
+    # One deploy.yml run placed CT 129 (GPUs 0-1) and CT 132 (GPUs 2-3) on the node, each with its own server.
+    apps = gpu_apps()
+    for vmid, gpus in (("129", [0, 1]), ("132", [2, 3])):
+        config = sh("/usr/sbin/pct", "config", vmid)
+        passed = sorted(int(m) for m in re.findall(r"^dev\d+: /dev/nvidia(\d+)\b", config, re.M))
+        assert passed == gpus, config
+        assert sh("/usr/sbin/pct", "exec", vmid, "--", "systemctl", "is-active", "sglang.service").strip() == "active"
+        argv = sh("/usr/sbin/pct", "exec", vmid, "--", "sh", "-c", "cat /proc/$(systemctl show -p MainPID --value sglang.service)/cmdline")
+        assert "--hicache-size\x001\x00" in argv and "--tp-size\x002\x00" in argv, argv
+        for gpu in gpus:
+            assert apps.get(gpu) == {vmid}, apps
 
 
 def test_a_gpu_another_inventory_container_asks_for_is_refused_naming_ct_129():
@@ -103,3 +134,34 @@ def test_an_unmanaged_guest_counted_by_its_limit_overflows_the_node_and_is_refus
         assert world() == before
     finally:
         sh("/usr/sbin/pct", "destroy", "140", check=False)
+
+
+def meminfo_bytes(key: str) -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+
+def test_two_more_containers_each_fitting_alone_are_refused_together_naming_the_nodes_figures():
+    # The issue's case on this node: beside CT 129 and CT 132 (running), two more containers (CT 133, CT 134, one GPU
+    # each of the free 5-7) whose pools each fit what the node has available (MemAvailable less SGLang's 10 GiB
+    # reserve), but not both. Sized from the world now, so the case holds on any lab machine: each pins about 0.65 of
+    # that room with its rank (256 MiB) and front end (512 MiB, the lab's policy). Each alone: check mode passes.
+    gib = 1 << 30
+    room = meminfo_bytes("MemAvailable") - 10 * gib
+    gb = int((0.65 * room - 768 * 2 ** 20) // 10 ** 9)
+    assert gb >= 1, "the lab node has %d bytes of MemAvailable beyond SGLang's 10 GiB reserve: too little for this case" % room
+    limit_mib = (meminfo_bytes("MemTotal") - 5 * gib) // 2 ** 20
+    hosts = {**declared(133, [5], limit_mib, sglang_server_tp_size=1, sglang_server_hicache_requested_gb=gb),
+             **declared(134, [6], limit_mib, sglang_server_tp_size=1, sglang_server_hicache_requested_gb=gb)}
+    before = world()
+    for alone in ("ct133", "ct134"):
+        ok = deploy_check(hosts, "-e", "deploy_containers=%s" % alone)
+        assert ok.returncode == 0, (ok.stdout + ok.stderr)[-3000:]
+        assert world() == before
+    out = refused(deploy_check(hosts), "CT 134: refused before any change, the HiCache plan does not fit",
+                  "It is planned against the node's MemAvailable", "that the containers planned before it on this node "
+                  "will still pin and hold")
+    assert "CT 133: refused" not in out
+    assert world() == before
+    assert "133" not in before["vmids"] and "134" not in before["vmids"]
+

@@ -67,21 +67,45 @@ def test_the_second_container_is_planned_against_what_the_first_leaves():
     assert [line.split()[0:2] for line in both["table"][1:3]] == [["CT", "129"], ["CT", "130"]]
 
 
-def test_a_node_that_overflows_through_its_committed_memory_shows_the_table_and_the_sizes_to_ask_for():
+def overflow(version):
     # 128 GiB node, two 60 GiB containers pinning 2 x 10 GB each: each fits, and so does what MemAvailable leaves the
     # second; a stopped 48 GiB guest counted by its limit puts the node over.
     small = dict(NODE, mem_total_bytes=128 * GIB, mem_available_bytes=127 * GIB)
     containers = [ct("ct129", 129, [0, 1], 60), ct("ct130", 130, [2, 3], 60)]
-    requests = {c["host"]: request(tp_size=2, requested_gb=10) for c in containers}
-    assert plan(containers, requests=requests, node=small)["fits"]
+    backup = [guest(140, maxmem_gib=48, name="backup")]
+
+    def run(gb, guests=backup):
+        return plan(containers, guests, requests={c["host"]: request(tp_size=2, requested_gb=gb, version=version)
+                                                  for c in containers}, node=small)
+    assert run(10, [])["fits"]
     with pytest.raises(rq.DeployError) as err:
-        plan(containers, [guest(140, maxmem_gib=48, name="backup")], requests=requests, node=small)
+        run(10)
     text = str(err.value)
     assert text.startswith("refused before any change: the containers' plans fit each container, but together they "
                            "overflow node pve1.")
     assert "CT 140 backup (stopped)" in text and "48.0 GiB" in text
-    assert "node pve1 RAM 128.0 GiB" in text and "OVER by" in text
+    assert "node pve1 RAM 128.0 GiB" in text and "OVER by 9.26 GiB" in text
+    return text, run
+
+
+def test_a_node_that_overflows_shows_the_table_and_sizes_that_were_planned_again_and_fit():
+    text, run = overflow("0.5.21")
     assert "ct129: sglang_server_hicache_requested_gb=7; ct130: sglang_server_hicache_requested_gb=7" in text
+    # The advice is checked here by planning the node with it, not taken from the refusal's word.
+    assert run(7)["fits"]
+    with pytest.raises(rq.DeployError):
+        run(8)
+
+
+def test_no_size_is_advised_where_the_release_refuses_every_size_that_would_fit():
+    # 0.5.9 asserts the host pool is larger than the device pool (116,000 tokens of Kimi-K2 per rank: about 8 GB), so
+    # the 7 GB that fits the node's RAM is refused by SGLang: advising it would send the operator into that refusal.
+    text, run = overflow("0.5.9")
+    assert "No per-rank size of the host KV pools fits the node (not even 1 GB per rank)" in text
+    assert "sglang_server_hicache_requested_gb=" not in text
+    for gb in (9, 8, 7, 1):
+        with pytest.raises(rq.DeployError):
+            run(gb)
 
 
 def test_other_guests_count_by_their_limit_by_default_and_by_their_use_when_asked():
@@ -216,3 +240,54 @@ def test_a_gpu_the_node_lacks_is_named_before_two_containers_asking_for_it():
     # -e pve_gpu_container_gpus=[0,9] reaches every container of the run: the node's lack of GPU 9 is the cause.
     with pytest.raises(rq.DeployError, match="CT 129 asks for GPUs 0,9 but the node has 8 GPU"):
         plan([ct("ct129", 129, [0, 9], 100), ct("ct132", 132, [0, 9], 100)])
+
+
+# ---------------------------------------------------------------- running containers count what they hold
+
+
+def running_node(held_extra_bytes, **settings):
+    """Two 200 GiB containers deployed and running: each holds its pools plus ``held_extra_bytes`` of process memory
+    (less than the overhead budget, as a real server's ranks often do), read from its cgroup; the PVE API's mem
+    leaves the shared-memory pools out."""
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct130", 130, [4, 5, 6, 7], 200)]
+    first = plan(containers, requests={c["host"]: request(**settings) for c in containers})
+    pools = {r["vmid"]: r["pinned_bytes"] for r in first["containers"]}
+    held = {v: pools[v] + held_extra_bytes for v in pools}
+    node = dict(NODE, mem_available_bytes=NODE["mem_available_bytes"] - sum(held.values()),
+                containers_memory={str(v): {"memory_held_bytes": held[v]} for v in held})
+    guests = [dict(guest(v, status="running", maxmem_gib=200), mem_bytes=held_extra_bytes, tags=["inferops-gpu"]) for v in held]
+    return containers, first, node, guests, held
+
+
+def test_a_rerun_of_one_container_or_of_all_plans_the_same_and_counts_what_they_hold():
+    containers, first, node, guests, held = running_node(2 * GIB)
+
+    def run(cts):
+        return npl.plan_node({c["host"]: request() for c in cts}, cts, node, guests, 4 * GIB, "limit", "pve1", "inferops-gpu")
+    both, one, other = run(containers), run(containers[:1]), run(containers[1:])
+    sizes = {r["host"]: r["per_rank_gb"] for r in both["containers"]}
+    assert sizes == {r["host"]: r["per_rank_gb"] for r in first["containers"]}
+    assert sizes["ct129"] == one["containers"][0]["per_rank_gb"] and sizes["ct130"] == other["containers"][0]["per_rank_gb"]
+    # In the run or not, a running container counts what its cgroup holds (pools included), not PVE's mem.
+    assert [r["committed_bytes"] for r in both["containers"]] == [held[129], held[130]]
+    assert both["committed_bytes"] == one["committed_bytes"] == other["committed_bytes"] == sum(held.values()) + 4 * GIB
+    assert [o["counted_bytes"] for o in one["others"]] == [held[130]]
+    assert "running: what it holds now" in both["table"][1]
+
+
+def test_a_running_container_that_will_pin_more_commits_its_new_ceiling():
+    containers, first, node, guests, held = running_node(0, requested_gb=30)
+    requests = {"ct129": request(requested_gb=31), "ct130": request(requested_gb=30)}
+    got = npl.plan_node(requests, containers, node, guests, 4 * GIB, "limit", "pve1", "inferops-gpu")
+    row = got["containers"][0]
+    assert row["pinned_bytes"] > held[129] and row["committed_bytes"] == row["ceiling_bytes"] and not row["counted_in_use"]
+    # ... and the one that stays as it runs counts what it holds
+    assert got["containers"][1]["counted_in_use"] and got["containers"][1]["committed_bytes"] == held[130]
+
+
+def test_held_memory_is_the_cgroup_reading_for_containers_and_pve_mem_for_vms():
+    measured = {"129": {"memory_held_bytes": 5 * GIB}, "200": {"memory_held_bytes": 9 * GIB}}
+    assert npl.held_bytes(guest(129, status="running", mem_gib=1), measured) == 5 * GIB
+    assert npl.held_bytes(guest(129, status="stopped", mem_gib=1), measured) == 0
+    assert npl.held_bytes(guest(131, status="running", mem_gib=1), measured) == GIB  # not read on the node
+    assert npl.held_bytes(guest(200, status="running", mem_gib=3, kind="qemu"), measured) == 3 * GIB

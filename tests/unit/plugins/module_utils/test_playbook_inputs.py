@@ -142,3 +142,16 @@ def test_in_an_operators_own_playbook_only_the_roles_namespace_is_checked(tmp_pa
     for name in ("__sglang_server_hicache_size", "__sglang_server_launch", "_pve_gpu_container_x", "gpu_recover_result"):
         with pytest.raises(pi.InputsError, match="does not accept the extra variable %s" % name):
             pi.refuse_for_run(["my_var", name], own, load)
+
+
+def test_role_default_is_the_documented_one_and_matches_the_role_defaults():
+    # plan.yml -e plan_node reads the node's reserve without running the role: the figure comes from argument_specs,
+    # and argument_specs agrees with defaults/main.yml (the value the role itself uses).
+    got = pi.role_default("pve_gpu_container", "main", "pve_gpu_container_node_reserve_bytes", load)
+    defaults = load(os.path.join(ROOT, "roles", "pve_gpu_container", "defaults", "main.yml"))
+    assert got == defaults["pve_gpu_container_node_reserve_bytes"] == 4 << 30
+
+
+def test_role_default_of_an_undocumented_option_is_refused():
+    with pytest.raises(pi.InputsError, match="documents no default for pve_gpu_container_no_such"):
+        pi.role_default("pve_gpu_container", "main", "pve_gpu_container_no_such", load)

@@ -62,7 +62,7 @@ def test_container_memory_hybrid(tmp_path):
     (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
     got = pve.container_memory(131, 17074, root)
     assert got == {"cgroup_version": 1, "path": "/lxc/131", "memory_limit_bytes": 4294967296,
-                   "memory_usage_bytes": 80162816, "oom_kills": 3}
+                   "memory_usage_bytes": 80162816, "memory_held_bytes": None, "oom_kills": 3}
     assert pve.container_memory(131, None, root)["path"] is None
 
 
@@ -71,7 +71,7 @@ def test_container_memory_v2(tmp_path):
     d = v2_container(tmp_path, 2001, 129, {"memory.max": "15032385536\n", "memory.current": "2147483648\n",
                                            "memory.events": "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n"})
     expected = {"cgroup_version": 2, "path": "/lxc/129", "memory_limit_bytes": 15032385536,
-                "memory_usage_bytes": 2147483648, "oom_kills": 2}
+                "memory_usage_bytes": 2147483648, "memory_held_bytes": None, "oom_kills": 2}
     assert pve.container_memory(129, 2001, root) == expected
     (d / "memory.max").write_text("max\n")
     assert pve.container_memory(129, 2001, root)["memory_limit_bytes"] is None
@@ -105,3 +105,36 @@ def test_container_memory_of_an_unreadable_usage_is_none(tmp_path):
     v2_container(tmp_path, 2001, 129, {"memory.max": "9223372036854771712\n", "memory.current": "lots\n"})
     got = pve.container_memory(129, 2001, str(tmp_path))
     assert got["memory_limit_bytes"] is None and got["memory_usage_bytes"] is None and got["oom_kills"] is None
+
+
+def test_held_memory_keeps_shared_memory_and_leaves_out_the_file_lru_v2(tmp_path):
+    # A container pinning 2 GiB of shared memory (SGLang's MAP_SHARED pools) beside 1 GiB of page cache: the file
+    # LRU lists hold the page cache only; shmem is swap-backed (anon lists) and counts as held. ``file`` includes
+    # shmem, which is why PVE's mem (current - file) misses the pools.
+    gib = 1 << 30
+    stat = ("anon 104857600\nfile %d\nshmem %d\nactive_anon %d\ninactive_anon 0\nactive_file %d\ninactive_file %d\n"
+            % (3 * gib, 2 * gib, 2 * gib + 104857600, gib // 2, gib // 2))
+    v2_container(tmp_path, 2001, 129, {"memory.max": "15032385536\n", "memory.current": "%d\n" % (3 * gib + 104857600),
+                                       "memory.stat": stat})
+    got = pve.container_memory(129, 2001, str(tmp_path))
+    assert got["memory_held_bytes"] == 2 * gib + 104857600
+
+
+def test_held_memory_v1_reads_the_hierarchical_totals(tmp_path):
+    fake_proc(tmp_path, 17074, {"cgroup": "4:memory:/lxc/131/ns/init.scope\n0::/lxc/131/ns/init.scope\n"})
+    fake_proc(tmp_path, "self", {"mountinfo": "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"})
+    mem = tmp_path / "sys/fs/cgroup/memory/lxc/131"
+    mem.mkdir(parents=True)
+    (mem / "memory.limit_in_bytes").write_text("4294967296\n")
+    (mem / "memory.usage_in_bytes").write_text("3000\n")
+    (mem / "memory.oom_control").write_text("oom_kill 0\n")
+    # the cgroup's own counters (0 here: everything is in the child ns/) and the hierarchical totals
+    (mem / "memory.stat").write_text("cache 0\nactive_file 0\ninactive_file 0\ntotal_cache 2500\ntotal_shmem 2000\n"
+                                     "total_active_file 300\ntotal_inactive_file 200\n")
+    assert pve.container_memory(131, 17074, str(tmp_path))["memory_held_bytes"] == 2500
+
+
+def test_held_memory_unknown_without_the_lru_counters():
+    assert pve.held_bytes(1000, "anon 10\n", 2) is None
+    assert pve.held_bytes(None, "active_file 1\ninactive_file 1\n", 2) is None
+    assert pve.held_bytes(100, "active_file 80\ninactive_file 80\n", 2) == 0

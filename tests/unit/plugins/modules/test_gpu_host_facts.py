@@ -15,11 +15,13 @@ GPU_CSV = "0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-aaaa, 00000000:18:00.0, 550.5
 APPS_CSV = "4242, sglang::scheduler_TP0, 70144, GPU-aaaa\n"
 
 
-def run(monkeypatch, capsys, args, smi_path="/usr/bin/nvidia-smi", smi_rc=0):
+def run(monkeypatch, capsys, args, smi_path="/usr/bin/nvidia-smi", smi_rc=0, pct=None):
     def get_bin_path(self, name, required=False, opt_dirs=None):
-        return smi_path if name == "nvidia-smi" else None
+        return {"nvidia-smi": smi_path, "pct": "/usr/sbin/pct"}.get(name)
 
     def run_command(self, args, **kwargs):
+        if args[0] == "/usr/sbin/pct":
+            return pct(args)
         if smi_rc:
             return smi_rc, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
         if args[1].startswith("--query-gpu"):
@@ -57,3 +59,22 @@ def test_require_gpus_fails_clearly(monkeypatch, capsys):
     assert res["failed"] is True
     assert "couldn't communicate with the NVIDIA driver" in res["msg"]
     assert "require_gpus" in res["msg"]
+
+
+def test_container_memory_is_read_per_vmid_from_pct_status(monkeypatch, capsys):
+    asked = []
+
+    def pct(args):
+        asked.append(args)
+        return (0, "status: stopped\n", "") if args[2] == "131" else (2, "", "Configuration file 'nodes/pve1/lxc/132.conf' does not exist")
+    res = run(monkeypatch, capsys, {"container_vmids": [131]}, pct=pct)
+    assert asked == [["/usr/sbin/pct", "status", "131", "--verbose"]]
+    assert res["containers_memory"] == {"131": {"cgroup_version": None, "path": None, "memory_limit_bytes": None,
+                                                "memory_usage_bytes": None, "memory_held_bytes": None, "oom_kills": None}}
+    res = run(monkeypatch, capsys, {"container_vmids": [132]}, pct=pct)
+    assert res["failed"] is True and "pct status 132 --verbose failed (2)" in res["msg"]
+
+
+def test_no_container_memory_unless_asked(monkeypatch, capsys):
+    res = run(monkeypatch, capsys, {}, pct=lambda args: pytest.fail("pct called"))
+    assert res["containers_memory"] == {}
