@@ -72,12 +72,12 @@ def overflow(version):
     # second; a stopped 48 GiB guest counted by its limit puts the node over.
     small = dict(NODE, mem_total_bytes=128 * GIB, mem_available_bytes=127 * GIB)
     containers = [ct("ct129", 129, [0, 1], 60), ct("ct130", 130, [2, 3], 60)]
-    backup = [guest(140, maxmem_gib=48, name="backup")]
+    backup = (guest(140, maxmem_gib=48, name="backup"),)
 
     def run(gb, guests=backup):
-        return plan(containers, guests, requests={c["host"]: request(tp_size=2, requested_gb=gb, version=version)
+        return plan(containers, list(guests), requests={c["host"]: request(tp_size=2, requested_gb=gb, version=version)
                                                   for c in containers}, node=small)
-    assert run(10, [])["fits"]
+    assert run(10, ())["fits"]
     with pytest.raises(rq.DeployError) as err:
         run(10)
     text = str(err.value)
