@@ -75,8 +75,8 @@ def overflow(version):
     backup = (guest(140, maxmem_gib=48, name="backup"),)
 
     def run(gb, guests=backup):
-        return plan(containers, list(guests), requests={c["host"]: request(tp_size=2, requested_gb=gb, version=version)
-                                                  for c in containers}, node=small)
+        requests = {c["host"]: request(tp_size=2, requested_gb=gb, version=version) for c in containers}
+        return plan(containers, list(guests), requests=requests, node=small)
     assert run(10, ())["fits"]
     with pytest.raises(rq.DeployError) as err:
         run(10)
