@@ -179,11 +179,18 @@ def cgroup_memory(vmid: str) -> dict:
     raise AssertionError("no memory cgroup for CT %s" % vmid)
 
 
-def test_the_node_table_counts_what_each_running_tenant_holds_pools_included():
-    # Both tenants run: the node's table counts what each holds now. Read from the world: the container's cgroup holds
-    # its two 1 GB pools as shared memory, and the figure the plan counts is at least that (the PVE API's mem, usage
-    # less page cache, would leave the pools out: that is what this checks against).
-    out = " ".join((deploy_check().stdout).split())
+def test_the_node_read_live_counts_what_each_running_tenant_holds_pools_included():
+    # The node's plan read from the live node without changing anything (docs/deploy.md: deploy.yml with the node
+    # role's preflight tag only, not in check mode). Both tenants run: the table counts what each holds now. Read
+    # from the world: the container's cgroup holds its two 1 GB pools as shared memory, and the figure the plan counts
+    # is at least that (the PVE API's mem, usage less page cache, would leave the pools out).
+    before = world()
+    result = subprocess.run([labstate.ansible_playbook(), "-i", labstate.INVENTORY, PLAYBOOK, "--tags", "pve_gpu_container_preflight"],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT, env=labstate.playbook_env())
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert world() == before
+    out = " ".join(result.stdout.split())
+    assert re.findall(r"changed=(\d+)", out) and set(re.findall(r"changed=(\d+)", out)) == {"0"}, out[-3000:]
     rows = dict(re.findall(r"CT (\d+) ct\d+ +[\d.]+ GiB +[\d.]+ GiB \(\d+ x \d+ GB\) +[\d.]+ GiB +([\d.]+) GiB running: what it holds now", out))
     assert set(rows) == {"129", "132"}, out[-3000:]
     for vmid, commits_gib in rows.items():
