@@ -50,16 +50,21 @@ def test_parse_pct_list():
     assert pve.parse_pct_list("") == {}
 
 
-def test_container_memory_hybrid(tmp_path):
-    root = str(tmp_path)
-    # container memory on a hybrid host: the memory hierarchy, cut at lxc/131
+def v1_container(tmp_path, files):
+    """CT 131 (init PID 17074) on a hybrid host, its memory hierarchy at /sys/fs/cgroup/memory/lxc/131."""
     fake_proc(tmp_path, 17074, {"cgroup": "4:memory:/lxc/131/ns/init.scope\n0::/lxc/131/ns/init.scope\n"})
     fake_proc(tmp_path, "self", {"mountinfo": "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"})
     mem = tmp_path / "sys/fs/cgroup/memory/lxc/131"
     mem.mkdir(parents=True)
-    (mem / "memory.limit_in_bytes").write_text("4294967296\n")
-    (mem / "memory.usage_in_bytes").write_text("80162816\n")
-    (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    for name, text in files.items():
+        (mem / name).write_text(text)
+
+
+def test_container_memory_hybrid(tmp_path):
+    root = str(tmp_path)
+    # container memory on a hybrid host: the memory hierarchy, cut at lxc/131
+    v1_container(tmp_path, {"memory.limit_in_bytes": "4294967296\n", "memory.usage_in_bytes": "80162816\n",
+                            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"})
     got = pve.container_memory(131, 17074, root)
     assert got == {"cgroup_version": 1, "path": "/lxc/131", "memory_limit_bytes": 4294967296,
                    "memory_usage_bytes": 80162816, "memory_held_bytes": None, "oom_kills": 3}
@@ -121,16 +126,11 @@ def test_held_memory_keeps_shared_memory_and_leaves_out_the_file_lru_v2(tmp_path
 
 
 def test_held_memory_v1_reads_the_hierarchical_totals(tmp_path):
-    fake_proc(tmp_path, 17074, {"cgroup": "4:memory:/lxc/131/ns/init.scope\n0::/lxc/131/ns/init.scope\n"})
-    fake_proc(tmp_path, "self", {"mountinfo": "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"})
-    mem = tmp_path / "sys/fs/cgroup/memory/lxc/131"
-    mem.mkdir(parents=True)
-    (mem / "memory.limit_in_bytes").write_text("4294967296\n")
-    (mem / "memory.usage_in_bytes").write_text("3000\n")
-    (mem / "memory.oom_control").write_text("oom_kill 0\n")
     # the cgroup's own counters (0 here: everything is in the child ns/) and the hierarchical totals
-    (mem / "memory.stat").write_text("cache 0\nactive_file 0\ninactive_file 0\ntotal_cache 2500\ntotal_shmem 2000\n"
-                                     "total_active_file 300\ntotal_inactive_file 200\n")
+    v1_container(tmp_path, {"memory.limit_in_bytes": "4294967296\n", "memory.usage_in_bytes": "3000\n",
+                            "memory.oom_control": "oom_kill 0\n",
+                            "memory.stat": "cache 0\nactive_file 0\ninactive_file 0\ntotal_cache 2500\ntotal_shmem 2000\n"
+                                           "total_active_file 300\ntotal_inactive_file 200\n"})
     assert pve.container_memory(131, 17074, str(tmp_path))["memory_held_bytes"] == 2500
 
 
