@@ -90,7 +90,7 @@ NOT_SIMULATED = {
     "GET /nodes/{node}/lxc/{vmid}/config": ("snapshot",),
     "POST /nodes/{node}/lxc/{vmid}/status/start": ("debug",),
     "POST /nodes/{node}/lxc/{vmid}/status/stop": ("overrule-shutdown",),
-    "GET /nodes/{node}/storage": ("format", "target"),
+    "GET /nodes/{node}/storage": ("format",),  # `target`: pvelab.node_storage_list (this node = no target)
     "GET /nodes/{node}/tasks/{upid}/log": ("download",),
     "GET /nodes/{node}/qemu": ("full",),
 }
