@@ -526,3 +526,25 @@ def test_task_list_reports_the_exit_text_and_hides_running_tasks(tmp_path, monke
     assert [t["upid"] for t in pve.list_tasks({"typefilter": "vzstart"})] == [done]
     assert [t["upid"] for t in pve.list_tasks({"start": "1", "limit": "1"})] == [done]
     assert pve.list_tasks({"limit": "0"}) == []
+
+
+def test_method_permissions_come_from_the_schema_and_precede_it():
+    """check_api2_permissions before JSONSchema::validate (pve-manager HTTPServer.pm rest_handler): a token
+    without VM.Audit gets 403 even for a malformed request; with it, the schema's 400."""
+    cfg = {"tokens": {"root@pam!ro": {"privsep": 1}},
+           "acl": [{"path": "/vms/129", "ugids": ["root@pam!ro"], "roles": ["Aud"], "propagate": 1}],
+           "roles": {"Aud": ["VM.Audit"]}}
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/lxc/131/config", {"bogus": "1"}, "root@pam!ro", cfg)
+    assert e.value.code == 403 and e.value.msg == "Permission check failed (/vms/131, VM.Audit)"
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/lxc/129/config", {"bogus": "1"}, "root@pam!ro", cfg)
+    assert e.value.code == 400 and e.value.errors == {"bogus": SCHEMA_ERROR}
+    with pytest.raises(PVEError) as e:  # any-of: the update_vm list
+        api.prepare("PUT", "/nodes/pve1/lxc/129/config", {"memory": "x"}, "root@pam!ro", cfg)
+    assert e.value.code == 403 and "VM.Config.Disk|VM.Config.CPU" in e.value.msg
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/status", {}, "root@pam!ro", cfg)
+    assert e.value.msg == "Permission check failed (/nodes/pve1, Sys.Audit)"
+    api.prepare("GET", "/nodes/pve1/lxc", {}, "root@pam!ro", cfg)   # user => 'all'
+    api.prepare("GET", "/cluster/status", {}, "root@pam", cfg)

@@ -107,11 +107,26 @@ def refuse_not_simulated(method: "apischema.Method", params: dict) -> None:
                                f"{method.properties[name].get('default', 0)!r} is accepted)", 501)
 
 
-def prepare(method: str, rel: str, params: dict, user: str | None) -> tuple:
+def check_api2_permissions(info: "apischema.Method", user: str, uri: dict, cfg: dict | None = None) -> None:
+    """pve-access-control PVE::RPCEnvironment::check_api2_permissions on the method's `permissions` from the
+    schema slice: `user => 'all'`/`'world'`, or `check => ['perm', '<path with {uri params}>', [privs], any => 1]`."""
+    perms = info.info.get("permissions") or {}
+    check = perms.get("check")
+    if check is None:
+        if perms.get("user") in ("all", "world"):
+            return
+        raise NotImplementedError(f"lab: permissions {perms} of {info.key}")
+    if check[0] != "perm" or len(check) not in (3, 5):
+        raise NotImplementedError(f"lab: permission check {check} of {info.key}")
+    path = re.sub(r"\{([a-z\-]+)\}", lambda m: str(uri.get(m.group(1), "")), check[1])
+    pve.check_perm(user, path, check[2], cfg, any_=len(check) == 5 and check[3] == "any" and bool(check[4]))
+
+
+def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | None = None) -> tuple:
     """What happens to a request before its handler runs: the method lookup (501 `Method '<M> <path>' not
     implemented`), then as pve-manager PVE/HTTPServer.pm rest_handler: a body or query parameter may repeat a
     path parameter only with the same value, a token only where the method allows tokens (`allowtoken`),
-    the permission check (the lab: root@pam and its tokens; finer checks in the handlers), then PVE's schema
+    the lab's gate (root@pam and its tokens), the method's `permissions` (check_api2_permissions), then PVE's schema
     (RESTHandler::handle -> JSONSchema::validate, 400), then the lab's rule for parameters it does not simulate
     (501). Returns (method, the parameters as plain strings, path parameters included)."""
     info, uri = apischema.find(method, rel)
@@ -125,6 +140,8 @@ def prepare(method: str, rel: str, params: dict, user: str | None) -> tuple:
         raise PVEError(f"URI '{rel}' not available with API token, need proper ticket.", 403)
     if user and not (user == "root@pam" or user.startswith("root@pam!")):
         raise PVEError("Permission check failed", 403)
+    if user:
+        check_api2_permissions(info, user, uri, cfg)
     try:
         apischema.validate(info, params)
     except apischema.SchemaError as e:

@@ -303,7 +303,8 @@ def validate_options(params: dict, allowed_extra=(), method: str = UPDATE_METHOD
 # The privileges the lab checks; root@pam has all of them (RPCEnvironment::permissions returns the
 # Administrator role's privileges for root@pam). Role "Administrator" = all of these, "NoAccess" = none.
 PRIVILEGES = ("VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory",
-              "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "Datastore.AllocateSpace", "Sys.Modify")
+              "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "Datastore.AllocateSpace", "Sys.Modify",
+              "Sys.Audit", "Datastore.Audit", "Datastore.Allocate")
 # update_vm's handler-level check: any of these on /vms/{vmid} (pve-container API2/LXC/Config.pm)
 VM_CONFIG_PERM_LIST = ("VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network",
                        "VM.Config.Options")
