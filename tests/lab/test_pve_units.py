@@ -65,6 +65,7 @@ def test_pct_unknown_command(capsys):
     ("config", ["129", "--snapshot", "s1"]),
     ("destroy", ["129", "--destroy-unreferenced-disks", "1"]),
     ("create", ["129", "local:vztmpl/t.tar.zst", "--pool", "p"]),
+    ("create", ["129", "local:vztmpl/t.tar.zst", "--force", "1"]),
 ])
 def test_pct_options_the_lab_does_not_simulate_are_refused_not_ignored(cmd, args):
     with pytest.raises(pct.OptionError) as e:
@@ -317,13 +318,233 @@ def test_stop_failure_is_reported():
 # ---- API parameter schemas -------------------------------------------------------------------------------
 
 def test_api_status_parameters():
-    api.check_params({"skiplock": "1", "node": "pve1"}, api.STATUS_PARAMS["stop"])
+    api.prepare("POST", "/nodes/pve1/lxc/129/status/stop", {"skiplock": "1"}, "root@pam")
     with pytest.raises(PVEError) as e:
-        api.check_params({"forceStop": "1"}, api.STATUS_PARAMS["stop"])
+        api.prepare("POST", "/nodes/pve1/lxc/129/status/stop", {"forceStop": "1"}, "root@pam")
     assert e.value.code == 400 and e.value.errors == {"forceStop": SCHEMA_ERROR}
     with pytest.raises(PVEError) as e:
-        api.check_params({"overrule-shutdown": "1"}, api.STATUS_PARAMS["stop"])
-    assert e.value.errors == {"overrule-shutdown": "not simulated by the lab"}
+        api.prepare("POST", "/nodes/pve1/lxc/129/status/stop", {"overrule-shutdown": "1"}, "root@pam")
+    assert e.value.code == 501 and "'overrule-shutdown'" in e.value.msg
     with pytest.raises(PVEError) as e:
-        api.check_params({"skiplock": "1"}, api.STATUS_PARAMS["shutdown"])
+        api.prepare("POST", "/nodes/pve1/lxc/129/status/shutdown", {"skiplock": "1"}, "root@pam")
     assert e.value.errors == {"skiplock": SCHEMA_ERROR}
+
+
+# ---- 6. PVE's schema (apidata-slice.json, apischema.py) on every API request -------------------------------
+
+def prep(method, rel, params=None, user="root@pam"):
+    return api.prepare(method, rel, dict(params or {}), user)[1]
+
+
+def refused(method, rel, params=None, user="root@pam"):
+    with pytest.raises(PVEError) as e:
+        prep(method, rel, params, user)
+    return e.value
+
+
+CREATE = {"vmid": "150", "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"}
+
+
+def test_slice_is_pinned_and_complete():
+    import apischema
+    assert apischema.SLICE["commit"] == "46601a32456cd5fd98f0433912dbd811984866f2"
+    assert apischema.SLICE["source"].endswith("pve-docs api-viewer/apidata.js")
+    assert len(apischema.METHODS) == 35 and apischema.FORMATS_MISSING == []
+    # net[n] is net0..net31, mp/dev/unused 0..255 (pve-container LXC/Config.pm)
+    props = apischema.METHODS["PUT /nodes/{node}/lxc/{vmid}/config"].properties
+    assert "net31" in props and "net32" not in props and "mp255" in props and "dev255" in props
+
+
+@pytest.mark.parametrize("method,rel,params", [
+    ("POST", "/nodes/pve1/lxc", {"force": "0", "restore": "0", "ignore-unpack-errors": "0", "unique": "0",
+                                 "restore_": None}),
+    ("POST", "/nodes/pve1/lxc", {"force": False}),                      # a JSON boolean
+    ("POST", "/nodes/pve1/lxc/129/status/start", {"debug": "0"}),
+    ("POST", "/nodes/pve1/lxc/129/status/stop", {"overrule-shutdown": "0"}),
+    ("DELETE", "/nodes/pve1/lxc/129", {"destroy-unreferenced-disks": "0", "purge": "1", "force": "1"}),
+    ("GET", "/nodes/pve1/lxc/129/config", {"current": "1"}),
+    ("PUT", "/nodes/pve1/lxc/129/config", {"revert": "memory"}),
+    ("PUT", "/nodes/pve1/lxc/129/config", {"node": "pve1", "vmid": "129", "memory": "1024"}),  # repeated, same
+    ("POST", "/access/ticket", {"username": "root@pam", "password": "x", "new-format": "1"}),
+])
+def test_parameters_pve_accepts_are_accepted_at_their_default(method, rel, params):
+    params = {k: v for k, v in params.items() if v is not None and k != "restore_"}
+    if rel == "/nodes/pve1/lxc":
+        params = dict(CREATE, **params)
+    p = prep(method, rel, params)
+    for name in api.NOT_SIMULATED.get(api.apischema.find(method, rel)[0].key, ()):
+        assert name not in p  # a default is dropped: the handler acts as without it
+
+
+@pytest.mark.parametrize("method,rel,params,name", [
+    ("POST", "/nodes/pve1/lxc", dict(CREATE, force="1"), "force"),
+    ("POST", "/nodes/pve1/lxc", dict(CREATE, pool="gpu"), "pool"),
+    ("POST", "/nodes/pve1/lxc", dict(CREATE, bwlimit="0"), "bwlimit"),
+    ("POST", "/nodes/pve1/lxc/129/status/start", {"debug": "1"}, "debug"),
+    ("GET", "/nodes/pve1/lxc/129/config", {"snapshot": "s1"}, "snapshot"),
+    ("DELETE", "/nodes/pve1/lxc/129", {"destroy-unreferenced-disks": "1"}, "destroy-unreferenced-disks"),
+])
+def test_other_values_of_unsimulated_parameters_are_501_with_the_name(method, rel, params, name):
+    e = refused(method, rel, params)
+    assert e.code == 501 and f"'{name}'" in e.msg
+
+
+@pytest.mark.parametrize("params,errors", [
+    ({"onboot": "true"}, {"onboot": "type check ('boolean') failed - got 'true'"}),
+    ({"onboot": "yes"}, {"onboot": "type check ('boolean') failed - got 'yes'"}),
+    ({"arch": "x86"}, {"arch": "value 'x86' does not have a value in the enumeration "
+                               "'amd64, i386, arm64, armhf, riscv32, riscv64'"}),
+    ({"cmode": "tty2"}, {"cmode": "value 'tty2' does not have a value in the enumeration 'shell, console, tty'"}),
+    ({"cpulimit": "9000"}, {"cpulimit": "value must have a maximum value of 8192"}),
+    ({"cpulimit": "x"}, {"cpulimit": "type check ('number') failed - got 'x'"}),
+    ({"tags": "a b!"}, {"tags": "invalid format - invalid characters in tag\n"}),
+    ({"startup": "order=x"}, {"startup": "invalid format - unable to parse startup options\n"}),
+    ({"net0": "name=eth0,bogus=1"},
+     {"net0": "invalid format - invalid key in comma-separated list property: bogus\n"}),
+    ({"net0": "name=eth0,mtu=10"},
+     {"net0": "invalid format - format error\nnet0.mtu: value must have a minimum value of 64\n"}),
+    ({"net0": "bridge=vmbr0"},
+     {"net0": "invalid format - format error\nnet0.name: property is missing and it is not optional\n"}),
+    ({"hostname": "bad_name"}, {"hostname": "invalid format - value does not look like a valid DNS name\n"}),
+    ({"entrypoint": "/sbin/init"}, {"entrypoint": SCHEMA_ERROR}),   # not in the 8.4 schema the lab reports
+    ({"env": "A=1"}, {"env": SCHEMA_ERROR}),
+    ({"net32": "name=eth0"}, {"net32": SCHEMA_ERROR}),
+    ({"description": "x" * 8193}, {"description": "value may only be 8192 characters long"}),
+    ({"dev0": "/tmp/x"}, {"dev0": "invalid format - format error\ndev0.path: invalid format - "
+                                  "/tmp/x is not a valid device path\n\n"}),
+])
+def test_config_values_are_checked_as_pve_checks_them(params, errors):
+    e = refused("PUT", "/nodes/pve1/lxc/129/config", params)
+    assert e.code == 400 and e.msg == "Parameter verification failed." and e.errors == errors
+
+
+def test_create_checks_password_length_and_requires():
+    e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, password="abcd", unique="1"))
+    assert e.errors == {"password": "value must be at least 5 characters long",
+                        "restore": "missing property required by 'unique'"}
+    e = refused("POST", "/nodes/pve1/lxc", {"vmid": "150"})
+    assert e.errors == {"ostemplate": "property is missing and it is not optional"}
+    e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, vmid="99"))
+    assert e.errors == {"vmid": "invalid format - value does not look like a valid VM ID\n"}
+    e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, **{"ha-managed": "0"}))  # not in 8.4's schema
+    assert e.errors == {"ha-managed": SCHEMA_ERROR}
+
+
+@pytest.mark.parametrize("method,rel,params,errors", [
+    ("GET", "/nodes/pve1/lxc", {"full": "1"}, {"full": SCHEMA_ERROR}),       # GETs: additionalProperties 0 too
+    ("GET", "/nodes/pve1/tasks", {"limit": "x"}, {"limit": "type check ('integer') failed - got 'x'"}),
+    ("GET", "/nodes/pve1/tasks", {"source": "old"},
+     {"source": "value 'old' does not have a value in the enumeration 'archive, active, all'"}),
+    ("GET", "/nodes/pve1/tasks/UPID:x/log", {"start": "-1"}, {"start": "value must have a minimum value of 0"}),
+    ("GET", "/nodes/pve1/lxc/abc/status/current", {}, {"vmid": "type check ('integer') failed - got 'abc'"}),
+    ("GET", "/cluster/resources", {"type": "qemu"},
+     {"type": "value 'qemu' does not have a value in the enumeration 'vm, storage, node, sdn'"}),
+    ("POST", "/nodes/pve1/lxc/129/status/shutdown", {"forceStop": True, "timeout": 1.5},
+     {"timeout": "type check ('integer') failed - got '1.5'"}),
+    ("PUT", "/nodes/pve1/lxc/129/config", {"vmid": "130", "memory": "1"},
+     {"vmid": "duplicate parameter (already defined in URI) with conflicting values!"}),
+])
+def test_every_method_is_checked(method, rel, params, errors):
+    e = refused(method, rel, params)
+    assert e.code == 400 and e.errors == errors
+
+
+def test_unknown_methods_are_501():
+    for method, rel in (("POST", "/nodes/pve1/lxc/129/config"), ("GET", "/nodes/pve1/lxc/129/rrd"),
+                        ("POST", "/nodes/pve1/lxc/129/snapshot"), ("GET", "/pools")):
+        e = refused(method, rel)
+        assert e.code == 501 and e.msg == f"Method '{method} {rel}' not implemented"
+
+
+def test_json_booleans_and_numbers():
+    p = prep("PUT", "/nodes/pve1/lxc/129/config", {"onboot": True, "memory": 2048, "cpulimit": 1.5})
+    assert p["onboot"] == "1" and p["memory"] == "2048" and p["cpulimit"] == "1.5"
+    e = refused("PUT", "/nodes/pve1/lxc/129/config", {"hostname": True})
+    assert e.errors == {"hostname": "type check ('string') failed - got JSON::PP::Boolean"}
+
+
+def test_property_string_booleans_take_parse_boolean():
+    # parse_property_string runs parse_boolean on a boolean key, so `firewall=yes` is valid inside net0
+    prep("PUT", "/nodes/pve1/lxc/129/config", {"net0": "name=eth0,bridge=vmbr0,firewall=yes",
+                                               "features": "nesting=on"})
+
+
+def test_update_checks_the_schema_without_the_api():
+    # pct set reaches update_config without the API: the same schema
+    with pytest.raises(PVEError) as e:
+        pve.check_update_params({"arch": "x86"})
+    assert e.value.code == 400 and "enumeration" in e.value.errors["arch"]
+    opts, delete, revert, _ = pve.check_update_params({"revert": "memory,swap"})
+    assert revert == ["memory", "swap"] and not opts and not delete
+
+
+def test_pct_not_simulated_default_is_accepted_and_booleans_parsed():
+    pos, opts = pct.parse_args(["129", "--debug", "0"], pct.SCHEMAS["start"])
+    assert opts == {}
+    pos, opts = pct.parse_args(["129", "--onboot", "yes"], pct.SCHEMAS["set"])
+    assert opts == {"onboot": "1"}
+    with pytest.raises(pct.OptionError) as e:
+        pct.parse_args(["129", "--onboot", "maybe"], pct.SCHEMAS["set"])
+    assert e.value.msg == "unable to parse boolean option"
+
+
+def test_token_and_permission_order():
+    e = refused("GET", "/nodes/pve1/lxc", {}, user="alice@pve")
+    assert e.code == 403
+    prep("GET", "/nodes/pve1/lxc", {}, user="root@pam!lab")
+
+
+@pytest.mark.parametrize("upid,error", [
+    ("nonsense", "unable to parse worker upid"),
+    ("UPID:pve1:00000001:00000002:00000003:vzstart:129:root@pam:", "no such task"),
+])
+def test_task_status_of_a_bad_upid_is_400(upid, error):
+    with pytest.raises(PVEError) as e:
+        pve.task_status(upid)
+    assert e.value.code == 400 and e.value.errors == {"upid": error}
+
+
+def test_task_list_reports_the_exit_text_and_hides_running_tasks(tmp_path, monkeypatch):
+    monkeypatch.setattr(pve, "TASK_DIR", str(tmp_path))
+    import json
+    done = pve.make_upid(1, "vzstart", "129", "root@pam", starttime=1000)
+    failed = pve.make_upid(1, "vzstop", "129", "root@pam", starttime=2000)
+    running = pve.make_upid(os.getpid(), "vzcreate", "131", "root@pam", starttime=3000)
+    for upid, status in ((done, "OK"), (failed, "CT is locked (backup)"), (running, None)):
+        (tmp_path / (upid.replace(":", "_") + ".log")).write_text("x\n")
+        if status:
+            (tmp_path / (upid.replace(":", "_") + ".status")).write_text(json.dumps({"exitstatus": status,
+                                                                                    "endtime": 5}))
+    res = pve.list_tasks({})
+    assert [t["upid"] for t in res] == [failed, done]
+    assert res[0]["status"] == "CT is locked (backup)" and res[1]["status"] == "OK" and res[0]["endtime"] == 5
+    assert [t["upid"] for t in pve.list_tasks({"source": "active"})] == [running]
+    assert pve.list_tasks({"source": "active"})[0]["status"] == "RUNNING"
+    assert [t["upid"] for t in pve.list_tasks({"errors": "1"})] == [failed]
+    assert [t["upid"] for t in pve.list_tasks({"statusfilter": "ok"})] == [done]
+    assert [t["upid"] for t in pve.list_tasks({"source": "all", "vmid": "131"})] == [running]
+    assert [t["upid"] for t in pve.list_tasks({"typefilter": "vzstart"})] == [done]
+    assert [t["upid"] for t in pve.list_tasks({"start": "1", "limit": "1"})] == [done]
+    assert pve.list_tasks({"limit": "0"}) == []
+
+
+def test_method_permissions_come_from_the_schema_and_precede_it():
+    """check_api2_permissions before JSONSchema::validate (pve-manager HTTPServer.pm rest_handler): a token
+    without VM.Audit gets 403 even for a malformed request; with it, the schema's 400."""
+    cfg = {"tokens": {"root@pam!ro": {"privsep": 1}},
+           "acl": [{"path": "/vms/129", "ugids": ["root@pam!ro"], "roles": ["Aud"], "propagate": 1}],
+           "roles": {"Aud": ["VM.Audit"]}}
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/lxc/131/config", {"bogus": "1"}, "root@pam!ro", cfg)
+    assert e.value.code == 403 and e.value.msg == "Permission check failed (/vms/131, VM.Audit)"
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/lxc/129/config", {"bogus": "1"}, "root@pam!ro", cfg)
+    assert e.value.code == 400 and e.value.errors == {"bogus": SCHEMA_ERROR}
+    with pytest.raises(PVEError) as e:  # any-of: the update_vm list
+        api.prepare("PUT", "/nodes/pve1/lxc/129/config", {"memory": "x"}, "root@pam!ro", cfg)
+    assert e.value.code == 403 and "VM.Config.Disk|VM.Config.CPU" in e.value.msg
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve1/status", {}, "root@pam!ro", cfg)
+    assert e.value.msg == "Permission check failed (/nodes/pve1, Sys.Audit)"
+    api.prepare("GET", "/nodes/pve1/lxc", {}, "root@pam!ro", cfg)   # user => 'all'
+    api.prepare("GET", "/cluster/status", {}, "root@pam", cfg)

@@ -19,6 +19,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import apischema  # noqa: E402
 import pvelab as pve  # noqa: E402
 from pvelab import PVEError  # noqa: E402
 
@@ -80,31 +81,73 @@ def token_secrets() -> dict:
     return res
 
 
-# Parameters of the status and destroy endpoints (pve-container src/PVE/API2/LXC/Status.pm, API2/LXC.pm);
-# all have additionalProperties 0. The lab refuses the ones it does not simulate instead of ignoring them.
-STATUS_PARAMS = {
-    "start": {"skiplock": True, "debug": False},
-    "stop": {"skiplock": True, "overrule-shutdown": False},
-    "shutdown": {"timeout": True, "forceStop": True},
-    "reboot": {"timeout": True},
+# Parameters PVE's schema has that the lab does not simulate, per method (item 2 of issue 23): accepted at their
+# schema default (a boolean without one: 0, as the handlers read an absent flag), else 501 naming them.
+NOT_SIMULATED = {
+    "POST /access/ticket": ("new-format", "otp", "tfa-challenge", "path", "privs"),
+    "POST /nodes/{node}/lxc": ("force", "restore", "unique", "pool", "ignore-unpack-errors", "bwlimit"),
+    "DELETE /nodes/{node}/lxc/{vmid}": ("destroy-unreferenced-disks",),
+    "GET /nodes/{node}/lxc/{vmid}/config": ("snapshot",),
+    "POST /nodes/{node}/lxc/{vmid}/status/start": ("debug",),
+    "POST /nodes/{node}/lxc/{vmid}/status/stop": ("overrule-shutdown",),
+    "GET /nodes/{node}/storage": ("format",),  # `target`: pvelab.node_storage_list (this node = no target)
+    "GET /nodes/{node}/tasks/{upid}/log": ("download",),
+    "GET /nodes/{node}/qemu": ("full",),
 }
-DESTROY_PARAMS = {"force": True, "purge": True, "destroy-unreferenced-disks": False}
-SCHEMA_ERROR = "property is not defined in schema and the schema does not allow additional properties"
 
 
-def check_params(params: dict, schema: dict) -> None:
-    """400 per unknown parameter, as PVE's JSON schema check; parameters PVE has but the lab does not
-    simulate are refused too (lab wording), never ignored."""
-    errors = {}
-    for key in params:
-        if key in ("node", "vmid"):
-            continue
-        if key not in schema:
-            errors[key] = SCHEMA_ERROR
-        elif not schema[key]:
-            errors[key] = "not simulated by the lab"
-    if errors:
-        raise pve.param_error(errors)
+def refuse_not_simulated(method: "apischema.Method", params: dict) -> None:
+    """501 with the parameter's name for a value the lab does not simulate; the default is dropped."""
+    for name in NOT_SIMULATED.get(method.key, ()):
+        if name in params:
+            if apischema.is_default(method.properties[name], params[name]):
+                del params[name]
+            else:
+                raise PVEError(f"lab: parameter '{name}' is not simulated by the lab (only its default "
+                               f"{method.properties[name].get('default', 0)!r} is accepted)", 501)
+
+
+def check_api2_permissions(info: "apischema.Method", user: str, uri: dict, cfg: dict | None = None) -> None:
+    """pve-access-control PVE::RPCEnvironment::check_api2_permissions on the method's `permissions` from the
+    schema slice: `user => 'all'`/`'world'`, or `check => ['perm', '<path with {uri params}>', [privs], any => 1]`."""
+    perms = info.info.get("permissions") or {}
+    check = perms.get("check")
+    if check is None:
+        if perms.get("user") in ("all", "world"):
+            return
+        raise NotImplementedError(f"lab: permissions {perms} of {info.key}")
+    if check[0] != "perm" or len(check) not in (3, 5):
+        raise NotImplementedError(f"lab: permission check {check} of {info.key}")
+    path = re.sub(r"\{([a-z\-]+)\}", lambda m: str(uri.get(m.group(1), "")), check[1])
+    pve.check_perm(user, path, check[2], cfg, any_=len(check) == 5 and check[3] == "any" and bool(check[4]))
+
+
+def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | None = None) -> tuple:
+    """What happens to a request before its handler runs: the method lookup (501 `Method '<M> <path>' not
+    implemented`), then as pve-manager PVE/HTTPServer.pm rest_handler: a body or query parameter may repeat a
+    path parameter only with the same value, a token only where the method allows tokens (`allowtoken`),
+    the lab's gate (root@pam and its tokens), the method's `permissions` (check_api2_permissions), then PVE's schema
+    (RESTHandler::handle -> JSONSchema::validate, 400), then the lab's rule for parameters it does not simulate
+    (501). Returns (method, the parameters as plain strings, path parameters included)."""
+    info, uri = apischema.find(method, rel)
+    if info is None:
+        raise PVEError(f"Method '{method} {rel}' not implemented", 501)
+    for k, v in params.items():
+        if k in uri and apischema.plain(v) != uri[k]:
+            raise pve.param_error({k: "duplicate parameter (already defined in URI) with conflicting values!"})
+    params = dict(params, **uri)
+    if user and "!" in user and not info.info.get("allowtoken"):
+        raise PVEError(f"URI '{rel}' not available with API token, need proper ticket.", 403)
+    if user and not (user == "root@pam" or user.startswith("root@pam!")):
+        raise PVEError("Permission check failed", 403)
+    if user:
+        check_api2_permissions(info, user, uri, cfg)
+    try:
+        apischema.validate(info, params)
+    except apischema.SchemaError as e:
+        raise pve.param_error(e.errors) from None
+    refuse_not_simulated(info, params)
+    return info, {k: apischema.plain(v) for k, v in params.items()}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -142,6 +185,8 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- request parsing -------------------------------------------------------------------
     def params(self) -> dict:
+        """Query and body parameters. A JSON body keeps its JSON types (JSONSchema.pm checks a JSON boolean
+        as a boolean, a JSON number as a number); form and query values are strings."""
         url = urllib.parse.urlsplit(self.path)
         params = {}
         for k, v in urllib.parse.parse_qsl(url.query, keep_blank_values=True):
@@ -152,8 +197,9 @@ class Handler(BaseHTTPRequestHandler):
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             if ctype == "application/json":
                 body = json.loads(raw or "{}")
-                params.update({k: (v if isinstance(v, str) else json.dumps(v) if isinstance(v, (dict, list))
-                                   else str(int(v)) if isinstance(v, bool) else str(v)) for k, v in body.items()})
+                if not isinstance(body, dict):
+                    raise PVEError("malformed JSON body: an object is required", 400)
+                params.update(body)
             else:
                 for k, v in urllib.parse.parse_qsl(raw, keep_blank_values=True):
                     params[k] = v
@@ -201,14 +247,12 @@ class Handler(BaseHTTPRequestHandler):
             if not path.startswith("/api2/json/"):
                 raise PVEError("Not Implemented", 501)
             rel = "/" + path[len("/api2/json/"):].strip("/")
-            if rel == "/access/ticket" and method == "POST":
-                return self.login(params)
-            if rel == "/access/ticket" and method == "GET":
-                return self.reply(200, None)
-            user = self.authenticate(method)
-            if not (user == "root@pam" or user.startswith("root@pam!")):
-                raise PVEError("Permission check failed", 403)
-            data = self.route(method, rel, params, user)
+            is_ticket = rel == "/access/ticket"
+            user = None if is_ticket else self.authenticate(method)
+            info, p = prepare(method, rel, params, user)
+            if is_ticket:
+                return self.login(p) if method == "POST" else self.reply(200, None)
+            data = self.route(method, rel, p, user)
             self.reply(200, data)
         except PVEError as e:
             self.reply(e.code, None, e.msg, e.errors)
@@ -217,6 +261,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(500, None, f"lab internal error: {e}")
 
     def login(self, params: dict):
+        """POST /access/ticket: a password, or as the password a valid ticket of the same user (how clients renew
+        their ticket before it expires): pve-access-control src/PVE/API2/AccessControl.pm create_ticket_data
+        (verify_ticket, `$ticketuser eq $username`)."""
         username = params.get("username", "")
         realm = params.get("realm")
         if realm and "@" not in username:
@@ -225,7 +272,9 @@ class Handler(BaseHTTPRequestHandler):
             password = read_secret(f"{SECRETS}/root-password")
         except OSError:
             password = None
-        if username != "root@pam" or password is None or not hmac.compare_digest(params.get("password", ""), password):
+        given = params.get("password", "")
+        renewed = given.startswith("PVE:") and verify_ticket(given) == username
+        if username != "root@pam" or not (renewed or (password is not None and hmac.compare_digest(given, password))):
             time.sleep(1)  # PVE delays failed logins
             raise PVEError("authentication failure", 401)
         ticket = make_ticket(username)
@@ -235,122 +284,117 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, data, cookie=cookie)
 
     def route(self, method: str, rel: str, p: dict, user: str):
+        """The handler of a method of the schema slice (dispatch has checked the parameters)."""
         parts = rel.strip("/").split("/")
-        if rel == "/version" and method == "GET":
+        if rel == "/version":
             return dict(pve.PVE_VERSION)
-        if rel == "/nodes" and method == "GET":
+        if rel == "/nodes":
             st = pve.node_status()
             return [{"node": pve.NODE, "status": "online", "type": "node", "id": f"node/{pve.NODE}",
                      "maxmem": st["memory"]["total"], "mem": st["memory"]["used"], "maxcpu": os.cpu_count(),
-                     "cpu": 0, "uptime": st["uptime"], "level": "", "ssl_fingerprint": self.server.fingerprint}]
-        if rel == "/cluster/resources" and method == "GET":
-            res = []
-            if p.get("type") in (None, "", "vm"):
-                for vmid in pve.list_cts():
-                    with_st = pve.vm_status(vmid)
-                    with_st.update(id=f"lxc/{vmid}", node=pve.NODE)
-                    res.append(with_st)
-            if p.get("type") in (None, "", "node"):
-                res.append({"id": f"node/{pve.NODE}", "node": pve.NODE, "type": "node", "status": "online"})
-            return res
-        if rel == "/cluster/nextid" and method == "GET":
+                     "cpu": st["cpu"], "uptime": st["uptime"], "level": "", "ssl_fingerprint": self.server.fingerprint}]
+        if rel == "/cluster/resources":
+            return pve.cluster_resources(p.get("type"))
+        if rel == "/cluster/status":
+            return pve.cluster_status()
+        if rel == "/cluster/nextid":
             used = set(pve.list_cts())
             if p.get("vmid"):
                 if int(p["vmid"]) in used:
                     raise PVEError(f"VM {p['vmid']} already exists", 400)
                 return p["vmid"]
             return str(next(i for i in range(100, 1000000) if i not in used))
-        if rel == "/storage" and method == "GET":
-            return [{"storage": k, "type": v["type"], "content": v["content"], "path": v["path"]}
-                    for k, v in pve.STORAGES.items() if not p.get("type") or p["type"] == v["type"]]
-        if parts[0] != "nodes" or len(parts) < 2:
-            raise PVEError("Method '%s /%s' not implemented" % (method, rel.strip("/")), 501)
+        if rel == "/storage":
+            return [pve.storage_config(k) for k in pve.STORAGES
+                    if not p.get("type") or p["type"] == pve.STORAGES[k]["type"]]
+        if parts[0] == "storage":
+            return pve.storage_config(parts[1])
         node = parts[1]
         if node != pve.NODE:
             raise PVEError(f"hostname lookup '{node}' failed - failed to get address info for: {node}: "
                            "Name or service not known", 500)
         sub = parts[2:]
-        if sub == ["status"] and method == "GET":
+        if sub == ["status"]:
             return pve.node_status()
-        if sub == ["version"] and method == "GET":
+        if sub == ["version"]:
             return dict(pve.PVE_VERSION)
-        if sub == ["storage"] and method == "GET":
-            return [{"storage": k, "type": v["type"], "content": v["content"], "active": 1, "enabled": 1}
-                    for k, v in pve.STORAGES.items()]
-        if len(sub) == 3 and sub[0] == "storage" and sub[2] == "content" and method == "GET":
-            if sub[1] not in pve.STORAGES:
-                raise PVEError(f"storage '{sub[1]}' does not exist")
-            if sub[1] != "local" or p.get("content") not in (None, "", "vztmpl"):
-                return []
-            return pve.template_list()
-        if sub and sub[0] == "tasks":
-            if len(sub) == 1 and method == "GET":
-                return pve.list_tasks(int(p.get("limit", 50)))
-            upid = urllib.parse.unquote(sub[1]) if len(sub) > 1 else ""
-            if len(sub) == 3 and sub[2] == "status" and method == "GET":
+        if sub == ["network"]:
+            return pve.node_network(p.get("type"))
+        if sub == ["storage"]:
+            return pve.node_storage_list(p)
+        if len(sub) == 3 and sub[0] == "storage" and sub[2] == "content":
+            return pve.storage_content(sub[1], p.get("content"), p.get("vmid"))
+        if sub == ["qemu"]:
+            return []  # the lab node runs no VMs (GET /nodes/{node}/qemu lists them; docs/lab.md)
+        if sub[0] == "tasks":
+            if len(sub) == 1:
+                return pve.list_tasks(p)
+            upid = p["upid"]
+            if len(sub) == 2 and method == "GET":
+                pve.task_file_checked(upid)
+                return [{"name": "log"}, {"name": "status"}]
+            if len(sub) == 3 and sub[2] == "status":
                 return pve.task_status(upid)
-            if len(sub) == 3 and sub[2] == "log" and method == "GET":
+            if len(sub) == 3 and sub[2] == "log":
                 return pve.task_log(upid, int(p.get("start", 0)), int(p.get("limit", 50)))
             if len(sub) == 2 and method == "DELETE":
-                info = pve.parse_upid(upid)
+                info = pve.task_file_checked(upid)
                 if pve.proc_starttime(info["pid"]) == info["pstart"]:
                     os.kill(info["pid"], 15)
                 return None
-        if sub and sub[0] == "lxc":
+        if sub[0] == "lxc":
             return self.route_lxc(method, sub[1:], p, user)
-        if sub == ["qemu"] and method == "GET":
-            return []  # the lab node runs no VMs (GET /nodes/{node}/qemu lists them; docs/lab.md)
-        raise PVEError("Method '%s /%s' not implemented" % (method, rel.strip("/")), 501)
+        raise PVEError(f"Method '{method} {rel}' not implemented", 501)  # unreachable: the slice has no other
 
     def route_lxc(self, method: str, sub: list, p: dict, user: str):
         if not sub:
             if method == "GET":
                 return [self.short_status(v) for v in pve.list_cts()]
-            if method == "POST":
-                ttype, tid, func, args = pve.create_ct(p.pop("vmid", None), p, user)
-                return pve.spawn_task(ttype, tid, user, func, args)
-            raise PVEError(f"Method '{method} /nodes/{pve.NODE}/lxc' not implemented", 501)
-        vmid = sub[0]
-        if not re.fullmatch(r"\d+", vmid):
-            raise pve.param_error({"vmid": "type check ('integer') failed"})
-        vmid = int(vmid)
+            ttype, tid, func, args = pve.create_ct(p.pop("vmid", None), p, user)
+            return pve.spawn_task(ttype, tid, user, func, args)
+        vmid = int(sub[0])
         rest = sub[1:]
         if not rest and method == "DELETE":
-            check_params(p, DESTROY_PARAMS)
             pve.check_vm_perm(user, vmid, ["VM.Allocate"])
             pve.load_config(vmid)
-            purge = p.get("purge") in ("1", "true")
-            force = p.get("force") in ("1", "true")
+            purge = p.get("purge") == "1"
+            force = p.get("force") == "1"
             return pve.spawn_task("vzdestroy", vmid, user, "destroy", [vmid, purge, force])
-        if not rest and method == "GET":
+        if not rest:
             pve.load_config(vmid)
-            return [{"subdir": s} for s in ("config", "status", "pending", "snapshot", "firewall", "rrd")]
+            return [{"subdir": s} for s in ("config", "pending", "status", "vncproxy", "termproxy", "vncwebsocket",
+                                            "spiceproxy", "migrate", "clone", "rrd", "rrddata", "firewall",
+                                            "snapshot", "resize", "interfaces", "mtunnel", "mtunnelwebsocket",
+                                            "remote_migrate")]
         if rest == ["config"]:
-            if method == "GET":
-                check_params(p, {"current": True, "snapshot": False})  # no pending section: current = pending
+            if method == "GET":  # current=1 is the same without a pending section
                 pve.check_vm_perm(user, vmid, ["VM.Audit"])
                 return pve.get_config(vmid)
-            if method in ("PUT", "POST"):
-                pve.update_config(vmid, p, user)
-                return None
-        if rest == ["pending"] and method == "GET":
+            pve.update_config(vmid, p, user)
+            return None
+        if rest == ["pending"]:
             pve.check_vm_perm(user, vmid, ["VM.Audit"])
             return pve.get_pending(vmid)
-        if rest and rest[0] == "status":
-            if rest == ["status", "current"] and method == "GET":
-                pve.check_vm_perm(user, vmid, ["VM.Audit"])
-                return pve.vm_status(vmid)
-            if len(rest) == 2 and method == "POST" and rest[1] in STATUS_PARAMS:
-                return self.status_action(rest[1], vmid, p, user)
-        raise PVEError(f"Method '{method} /nodes/{pve.NODE}/lxc/{vmid}/{'/'.join(rest)}' not implemented", 501)
+        if rest == ["snapshot"]:
+            pve.check_vm_perm(user, vmid, ["VM.Audit"])
+            return pve.snapshot_list(vmid)
+        if rest == ["interfaces"]:
+            pve.check_vm_perm(user, vmid, ["VM.Audit"])
+            return pve.ct_interfaces(vmid)
+        if rest == ["status"]:
+            pve.load_config(vmid)
+            return [{"subdir": s} for s in ("current", "start", "stop", "shutdown", "reboot", "suspend", "resume")]
+        if rest == ["status", "current"]:
+            pve.check_vm_perm(user, vmid, ["VM.Audit"])
+            return pve.vm_status(vmid)
+        return self.status_action(rest[1], vmid, p, user)
 
     @staticmethod
     def status_action(action: str, vmid: int, p: dict, user: str) -> str:
-        """POST status/{start,stop,shutdown,reboot} (pve-container API2/LXC/Status.pm): schema, VM.PowerMgmt,
+        """POST status/{start,stop,shutdown,reboot} (pve-container API2/LXC/Status.pm): VM.PowerMgmt,
         skiplock for root@pam only (400), the running state checked before the task is forked."""
-        check_params(p, STATUS_PARAMS[action])
         pve.check_vm_perm(user, vmid, ["VM.PowerMgmt"])
-        skiplock = p.get("skiplock") in ("1", "true")
+        skiplock = p.get("skiplock") == "1"
         if skiplock and user != "root@pam":
             raise pve.param_error({"skiplock": "Only root may use this option."})
         pve.load_config(vmid)
@@ -364,7 +408,7 @@ class Handler(BaseHTTPRequestHandler):
         if action == "stop":
             return pve.spawn_task("vzstop", vmid, user, "stop", [vmid, skiplock])
         if action == "shutdown":
-            force = p.get("forceStop") in ("1", "true")
+            force = p.get("forceStop") == "1"
             return pve.spawn_task("vzshutdown", vmid, user, "shutdown", [vmid, int(p.get("timeout") or 60), force])
         return pve.spawn_task("vzreboot", vmid, user, "reboot", [vmid, p.get("timeout")])
 
@@ -372,7 +416,8 @@ class Handler(BaseHTTPRequestHandler):
     def short_status(vmid: int) -> dict:
         st = pve.vm_status(vmid)
         return {k: st[k] for k in ("vmid", "name", "status", "type", "maxmem", "maxswap", "mem", "cpus", "uptime",
-                                   "pid", "lock", "tags", "maxdisk", "disk") if k in st}
+                                   "pid", "lock", "tags", "maxdisk", "disk", "cpu", "netin", "netout", "diskread",
+                                   "diskwrite", "template") if k in st}
 
 
 def serve(host: str, port: int) -> None:

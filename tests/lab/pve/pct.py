@@ -10,6 +10,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import apischema  # noqa: E402
 import pvelab as pve  # noqa: E402
 from pvelab import PVEError  # noqa: E402
 
@@ -33,8 +34,7 @@ NOT_SIMULATED = "not simulated"
 _CONFIG = "config"  # every config option of pct.conf(5) the lab knows (pvelab.option_checker)
 CREATE_EXTRA = {"password": "value", "ssh-public-keys": "value", "start": "bool", "storage": "value",
                 "force": NOT_SIMULATED, "restore": NOT_SIMULATED, "unique": NOT_SIMULATED,
-                "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED,
-                "ha-managed": NOT_SIMULATED}
+                "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED}
 SCHEMAS = {
     "exec": {"keep-env": "bool"},                                   # pct.pm exec
     "enter": {"keep-env": "bool"},                                  # pct.pm enter
@@ -50,6 +50,18 @@ SCHEMAS = {
     "set": {_CONFIG: "value", "delete": "list", "revert": "list", "digest": "value"},  # Config.pm update_vm
     "create": {_CONFIG: "value", **CREATE_EXTRA},                   # API2/LXC.pm create_vm
     "pending": {},                                                  # API2/LXC.pm vm_pending
+}
+
+
+# The API method of each command with options in PVE's schema (apidata-slice.json): a not-simulated option is
+# accepted at its schema default (then dropped), and boolean options are read as JSONSchema::get_options does.
+CMD_METHOD = {
+    "config": "GET /nodes/{node}/lxc/{vmid}/config",
+    "start": "POST /nodes/{node}/lxc/{vmid}/status/start",
+    "stop": "POST /nodes/{node}/lxc/{vmid}/status/stop",
+    "destroy": "DELETE /nodes/{node}/lxc/{vmid}",
+    "set": "PUT /nodes/{node}/lxc/{vmid}/config",
+    "create": "POST /nodes/{node}/lxc",
 }
 
 
@@ -77,6 +89,7 @@ def parse_args(args: list[str], schema: dict | None = None) -> tuple[list[str], 
     `400 unable to parse option` (exit 255). Options PVE has but the lab does not simulate are refused
     with the lab's own message. Without a schema every option is taken (internal use only)."""
     pos, opts, unknown, refused = [], {}, [], []
+    method = apischema.METHODS.get(CMD_METHOD.get(cmd_of(schema), ""))
     i = 0
     while i < len(args):
         a = args[i]
@@ -95,8 +108,7 @@ def parse_args(args: list[str], schema: dict | None = None) -> tuple[list[str], 
                 continue
             if kind == NOT_SIMULATED:
                 refused.append(key)
-                i += 1
-                continue
+                kind = "bool" if (method and method.properties[key].get("type") == "boolean") else "value"
             if val is None:
                 nxt = args[i + 1] if i + 1 < len(args) else None
                 # `=s` takes the next argument; `:s` (booleans) only when it does not look like an option
@@ -119,9 +131,25 @@ def parse_args(args: list[str], schema: dict | None = None) -> tuple[list[str], 
         i += 1
     if unknown:
         raise OptionError(unknown)
-    if refused:
-        raise OptionError([], "lab: option(s) not simulated by the lab: " + ", ".join(f"--{k}" for k in refused))
+    for key in refused:
+        if method is not None and apischema.is_default(method.properties[key], opts[key]):
+            del opts[key]
+        else:
+            raise OptionError([], "lab: option(s) not simulated by the lab: " + ", ".join(f"--{k}" for k in refused))
+    if method is not None:
+        for key, val in opts.items():
+            # pve-common JSONSchema.pm get_options: a boolean option's value goes through parse_boolean,
+            # else `400 unable to parse boolean option`
+            if (method.properties.get(key) or {}).get("type") == "boolean":
+                b = apischema.parse_boolean(str(val))
+                if b is None:
+                    raise OptionError([], "unable to parse boolean option")
+                opts[key] = b
     return pos, opts
+
+
+def cmd_of(schema) -> str | None:
+    return next((c for c, sch in SCHEMAS.items() if sch is schema), None)
 
 
 def need_vmid(pos: list[str], cmd: str) -> int:

@@ -20,6 +20,9 @@ import sys
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import apischema  # noqa: E402
+
 NODE = "pve1"
 LAB = "/var/lib/inferops-lab"
 RUN = "/run/inferops-lab"
@@ -227,41 +230,15 @@ def parse_net(value: str) -> dict:
     return d
 
 
-def _int_opt(lo: int | None = None, hi: int | None = None):
-    def check(v):
-        if not re.fullmatch(r"-?\d+", str(v)):
-            raise ValueError("type check ('integer') failed - got '%s'" % v)
-        iv = int(v)
-        if lo is not None and iv < lo:
-            raise ValueError(f"value must have a minimum value of {lo}")
-        if hi is not None and iv > hi:
-            raise ValueError(f"value must have a maximum value of {hi}")
-        return str(iv)
-    return check
-
-
 def _bool_opt(v):
+    """A config boolean as PVE stores it: 1 or 0 (the schema check before it takes only 1, 0 or a JSON
+    boolean; a property string's booleans pass through parse_boolean)."""
     s = str(v).lower()
     if s in ("1", "true", "yes", "on"):
         return "1"
     if s in ("0", "false", "no", "off"):
         return "0"
     raise ValueError(f"type check ('boolean') failed - got '{v}'")
-
-
-def _str_opt(v):
-    return str(v)
-
-
-def _lock_opt(v):
-    if v not in LOCK_VALUES:
-        raise ValueError(f"value '{v}' does not have a value in the enumeration '{', '.join(sorted(LOCK_VALUES))}'")
-    return v
-
-
-def _dev_opt(v):
-    parse_dev(v)
-    return str(v)
 
 
 # pve-container src/PVE/LXC/Config.pm $features_desc: the keys of the `features` property string.
@@ -282,58 +259,40 @@ def parse_features(value) -> dict:
     return d
 
 
-def _features_opt(v):
-    parse_features(v)
-    return str(v)
-
-
-def _net_opt(v):
-    d = parse_net(v)
-    if "hwaddr" not in d:  # PVE generates a MAC when none is given
-        mac = "BC:24:11:%02X:%02X:%02X" % tuple(random.randrange(256) for _ in range(3))
-        v = f"{v},hwaddr={mac}"
-    return str(v)
-
-
-OPTIONS = {
-    "arch": _str_opt, "cmode": _str_opt, "console": _bool_opt, "cores": _int_opt(1, 8192),
-    "cpulimit": _str_opt, "cpuunits": _int_opt(0, 500000), "description": _str_opt,
-    "features": _features_opt, "hookscript": _str_opt, "hostname": _str_opt, "lock": _lock_opt,
-    "memory": _int_opt(16), "nameserver": _str_opt, "onboot": _bool_opt, "ostype": _str_opt,
-    "protection": _bool_opt, "rootfs": _str_opt, "searchdomain": _str_opt, "startup": _str_opt,
-    "swap": _int_opt(0), "tags": _str_opt, "template": _bool_opt, "timezone": _str_opt,
-    "tty": _int_opt(0, 6), "unprivileged": _bool_opt, "entrypoint": _str_opt, "env": _str_opt,
-    "debug": _bool_opt,
-}
-INDEXED = {"net": (_net_opt, 32), "mp": (_str_opt, 256), "dev": (_dev_opt, 256), "unused": (_str_opt, 256)}
+# The config options are the properties of update_vm (PUT /nodes/{node}/lxc/{vmid}/config) in PVE's schema
+# (apidata-slice.json) besides the method's own parameters; the schema checks them (apischema.py).
+UPDATE_METHOD = "PUT /nodes/{node}/lxc/{vmid}/config"
+CREATE_METHOD = "POST /nodes/{node}/lxc"
+UPDATE_VM_EXTRA = ("node", "vmid", "delete", "revert", "digest")
 
 
 def option_checker(key: str):
-    if key in OPTIONS:
-        return OPTIONS[key]
-    m = re.fullmatch(r"([a-z]+)(\d+)", key)
-    if m and m.group(1) in INDEXED and int(m.group(2)) < INDEXED[m.group(1)][1]:
-        return INDEXED[m.group(1)][0]
-    return None
+    """The schema of config option `key`, or None when pct.conf(5) has no such option."""
+    if key in UPDATE_VM_EXTRA:
+        return None
+    return apischema.METHODS[UPDATE_METHOD].properties.get(key)
 
 
-def validate_options(params: dict, allowed_extra=()) -> dict:
-    """Validates config options; returns normalised values. Unknown keys fail as in PVE's JSON schema."""
-    errors = {}
-    out = {}
-    for key, value in params.items():
-        if key in allowed_extra:
-            continue
-        check = option_checker(key)
-        if check is None:
-            errors[key] = "property is not defined in schema and the schema does not allow additional properties"
-            continue
-        try:
-            out[key] = check(value)
-        except ValueError as e:
-            errors[key] = str(e)
+def validate_options(params: dict, allowed_extra=(), method: str = UPDATE_METHOD) -> dict:
+    """Checks the given parameters against the method's schema (JSONSchema.pm check_object on the keys
+    given: types, formats, property strings, enums, ranges, additionalProperties 0) and returns the config
+    options among them as PVE stores them (booleans 1/0, a MAC generated for a netN without one)."""
+    props = apischema.METHODS[method].properties
+    errors: dict = {}
+    apischema.check_keys(props, params, errors)
     if errors:
         raise param_error(errors)
+    out = {}
+    for key, value in params.items():
+        if key in allowed_extra or key in UPDATE_VM_EXTRA or option_checker(key) is None:
+            continue
+        value = "1" if value is True else "0" if value is False else str(value)
+        if option_checker(key).get("type") == "boolean":
+            value = _bool_opt(value)
+        if re.fullmatch(r"net\d+", key) and "hwaddr" not in parse_prop_string(value, "name"):
+            # PVE generates a MAC when none is given (pve-container LXC/Config.pm parse_lxc_network)
+            value = f"{value},hwaddr=" + "BC:24:11:%02X:%02X:%02X" % tuple(random.randrange(256) for _ in range(3))
+        out[key] = value
     return out
 
 
@@ -344,7 +303,8 @@ def validate_options(params: dict, allowed_extra=()) -> dict:
 # The privileges the lab checks; root@pam has all of them (RPCEnvironment::permissions returns the
 # Administrator role's privileges for root@pam). Role "Administrator" = all of these, "NoAccess" = none.
 PRIVILEGES = ("VM.Allocate", "VM.Audit", "VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory",
-              "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "Datastore.AllocateSpace", "Sys.Modify")
+              "VM.Config.Network", "VM.Config.Options", "VM.PowerMgmt", "Datastore.AllocateSpace", "Sys.Modify",
+              "Sys.Audit", "Datastore.Audit", "Datastore.Allocate")
 # update_vm's handler-level check: any of these on /vms/{vmid} (pve-container API2/LXC/Config.pm)
 VM_CONFIG_PERM_LIST = ("VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory", "VM.Config.Network",
                        "VM.Config.Options")
@@ -537,11 +497,22 @@ def make_upid(pid: int, ttype: str, tid: str, user: str, starttime: int | None =
 
 
 def parse_upid(upid: str) -> dict:
-    m = re.fullmatch(r"UPID:([a-zA-Z0-9.\-]+):([0-9A-Fa-f]{8}):([0-9A-Fa-f]{8,9}):([0-9A-Fa-f]{8}):([^:\s]+):([^:\s]*):([^:\s]+):", upid)
+    """pve-common PVE::Tools::upid_decode; an unparsable UPID is 400 `{"upid": "unable to parse worker upid"}`
+    (pve-manager PVE/API2/Tasks.pm, `raise_param_exc`)."""
+    m = re.fullmatch(r"UPID:([a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?):([0-9A-Fa-f]{8}):([0-9A-Fa-f]{8,9}):"
+                     r"([0-9A-Fa-f]{8}):([^:\s]+):([^:\s]*):([^:\s]+):", upid or "")
     if not m:
-        raise PVEError("unable to parse worker upid", 400)
-    return {"upid": upid, "node": m.group(1), "pid": int(m.group(2), 16), "pstart": int(m.group(3), 16),
-            "starttime": int(m.group(4), 16), "type": m.group(5), "id": m.group(6), "user": m.group(7)}
+        raise param_error({"upid": "unable to parse worker upid"})
+    return {"upid": upid, "node": m.group(1), "pid": int(m.group(3), 16), "pstart": int(m.group(4), 16),
+            "starttime": int(m.group(5), 16), "type": m.group(6), "id": m.group(7), "user": m.group(8)}
+
+
+def task_file_checked(upid: str) -> dict:
+    """upid_decode plus the task's file: 400 `{"upid": "no such task"}` without it (Tasks.pm)."""
+    info = parse_upid(upid)
+    if info["node"] != NODE or not os.path.exists(task_file(upid, "log")):
+        raise param_error({"upid": "no such task"})
+    return info
 
 
 def task_file(upid: str, ext: str) -> str:
@@ -591,46 +562,109 @@ def run_task(task: Task, func, *args) -> bool:
     return True
 
 
-def task_status(upid: str) -> dict:
-    info = parse_upid(upid)
-    if info["node"] != NODE or not os.path.exists(task_file(upid, "log")):
-        raise PVEError(f"no such task", 500)
-    res = dict(info)
-    res["pstart"] = info["pstart"]
+def _task_exitstatus(upid: str) -> str | None:
     try:
         with open(task_file(upid, "status")) as f:
-            st = json.load(f)
-        res.update(status="stopped", exitstatus=st["exitstatus"], endtime=st.get("endtime"))
+            return json.load(f)["exitstatus"]
     except FileNotFoundError:
-        if proc_starttime(info["pid"]) == info["pstart"]:
-            res["status"] = "running"
-        else:
-            res.update(status="stopped", exitstatus="unexpected status")
+        return None
+
+
+def task_status(upid: str) -> dict:
+    """GET tasks/{upid}/status (pve-manager PVE/API2/Tasks.pm read_task_status): running while the worker
+    (pid + start time) lives; stopped with `exitstatus` (upid_read_status: `OK`, the error, or
+    `unexpected status` when the log has no end line) otherwise."""
+    info = task_file_checked(upid)
+    res = dict(info)
+    if proc_starttime(info["pid"]) == info["pstart"]:
+        res["status"] = "running"
+        return res
+    res["status"] = "stopped"
+    res["exitstatus"] = _task_exitstatus(upid) or "unexpected status"
     return res
 
 
 def task_log(upid: str, start: int = 0, limit: int = 50) -> list:
-    parse_upid(upid)
-    try:
-        with open(task_file(upid, "log")) as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise PVEError("no such task", 500) from None
+    task_file_checked(upid)
+    with open(task_file(upid, "log")) as f:
+        lines = f.read().splitlines()
     sel = lines[start:start + limit] if limit else lines[start:]
     return [{"n": start + i + 1, "t": t} for i, t in enumerate(sel)]
 
 
-def list_tasks(limit: int = 50) -> list:
-    res = []
-    if not os.path.isdir(TASK_DIR):
-        return res
-    for name in sorted(os.listdir(TASK_DIR), reverse=True):
-        if name.endswith(".log"):
+def _status_type(status: str | None) -> str:
+    """pve-common PVE::Tools::upid_normalize_status_type."""
+    if not status:
+        return "unknown"
+    if status == "OK":
+        return "ok"
+    if status.startswith("WARNINGS:"):
+        return "warning"
+    if status == "RUNNING":
+        return "unknown"
+    return "error"
+
+
+def list_tasks(p: dict | None = None) -> list:
+    """GET /nodes/{node}/tasks as pve-manager PVE/API2/Tasks.pm node_tasks: `source` archive (default: the
+    finished tasks, newest first, `status` = the exit text), active (the running ones, status `RUNNING`) or
+    all; the filters userfilter (substring, case-insensitive), typefilter, vmid, since/until, statusfilter or
+    errors, then start/limit."""
+    p = dict(p or {})
+    start, limit = int(p.get("start") or 0), int(p.get("limit") if p.get("limit") not in (None, "") else 50)
+    source = p.get("source") or "archive"
+    statusfilter = {"ok": True, "warning": True, "error": True, "unknown": True}
+    errors_only = p.get("errors") == "1"
+    if p.get("statusfilter") is not None and not errors_only:
+        statusfilter = {k: False for k in statusfilter}
+        for f in apischema.split_list(p["statusfilter"]):
+            statusfilter[f.lower()] = True
+    elif errors_only:
+        statusfilter["ok"] = False
+    tasks = []
+    if os.path.isdir(TASK_DIR):
+        for name in os.listdir(TASK_DIR):
+            if not name.endswith(".log"):
+                continue
             upid = name[:-4].replace("_", ":")
-            with contextlib.suppress(PVEError):
-                res.append(task_status(upid))
-    res.sort(key=lambda t: t["starttime"], reverse=True)
-    return res[:limit]
+            try:
+                info = parse_upid(upid)
+            except PVEError:
+                continue
+            exit_text = _task_exitstatus(upid)
+            running = exit_text is None and proc_starttime(info["pid"]) == info["pstart"]
+            if running:
+                info["status"] = "RUNNING"
+            else:
+                info["status"] = exit_text or "unexpected status"
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    with open(task_file(upid, "status")) as f:
+                        info["endtime"] = int(json.load(f)["endtime"])
+            info["_running"] = running
+            tasks.append(info)
+    tasks.sort(key=lambda t: t["starttime"], reverse=True)
+    res, count = [], 0
+    for t in tasks:
+        if source == "archive" and t["_running"] or source == "active" and not t["_running"]:
+            continue
+        if p.get("userfilter") and p["userfilter"].lower() not in t["user"].lower():
+            continue
+        if p.get("typefilter") and t["type"] != p["typefilter"]:
+            continue
+        if p.get("vmid") and t["id"] != str(p["vmid"]):
+            continue
+        if p.get("since") not in (None, "") and t["starttime"] < int(p["since"]):
+            continue
+        if p.get("until") not in (None, "") and t["starttime"] > int(p["until"]):
+            continue
+        if not statusfilter.get(_status_type(t["status"])):
+            continue
+        count += 1
+        if count <= start or len(res) >= limit:
+            continue
+        t.pop("_running")
+        res.append(t)
+    return res
 
 
 def spawn_task(ttype: str, tid, user: str, func_name: str, args: list) -> str:
@@ -910,17 +944,26 @@ def template_path(volid: str) -> str:
     return f"{TMPL_DIR}/{m.group(2)}"
 
 
-def rootfs_volume(vmid: int, spec: str | None) -> str:
-    spec = spec or "local:8"
+def check_storage_for_ct(sid: str) -> None:
+    """create_vm's `$check_and_activate_storage` (pve-storage storage_check_enabled, the rootdir content)."""
+    if sid not in STORAGES:
+        raise PVEError(f"storage '{sid}' does not exist")
+    if "rootdir" not in STORAGES[sid]["content"].split(","):
+        raise param_error({"storage": f"storage '{sid}' does not support container directories"})
+
+
+def rootfs_volume(vmid: int, spec: str) -> str:
+    """`<storage>:<size in GiB>` allocates vm-<vmid>-disk-0 (recorded, no size limit enforced: docs/lab.md)."""
     d = parse_prop_string(spec, "volume")
-    vol = d.get("volume", "local:8")
+    vol = d.get("volume", "")
     storage, _, size = vol.partition(":")
-    if storage not in STORAGES:
-        raise PVEError(f"storage '{storage}' does not exist")
     if re.fullmatch(r"\d+(\.\d+)?", size):
+        check_storage_for_ct(storage)
         name = f"{vmid}/vm-{vmid}-disk-0.raw" if STORAGES[storage]["type"] == "dir" else f"vm-{vmid}-disk-0"
         d["volume"] = f"{storage}:{name}"
         d["size"] = f"{size}G"
+    elif storage not in STORAGES and vol.partition(":")[1]:
+        raise PVEError(f"storage '{storage}' does not exist")
     return ",".join([d.pop("volume")] + [f"{k}={v}" for k, v in d.items()])
 
 
@@ -1131,14 +1174,13 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     tmpl_volid = params.pop("ostemplate", None)
     if not tmpl_volid:
         raise param_error({"ostemplate": "property is missing and it is not optional"})
-    # create_vm's parameters besides the config options (pve-container API2/LXC.pm); the ones the lab does
-    # not simulate are refused rather than ignored.
+    # create_vm's parameters besides the config options (pve-container API2/LXC.pm, PVE's schema); api.py
+    # has already dropped the ones the lab does not simulate when they have their default (501 otherwise).
     extra = ("password", "ssh-public-keys", "start", "storage", "node", "vmid")
-    not_simulated = ("force", "restore", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed")
-    refused = {k: "not simulated by the lab" for k in params if k in not_simulated}
-    if refused:
-        raise param_error(refused)
-    opts = validate_options(params, allowed_extra=extra)
+    opts = validate_options(params, allowed_extra=extra, method=CREATE_METHOD)
+    leftover = sorted(k for k in params if k not in extra and option_checker(k) is None)
+    if leftover:
+        raise PVEError(f"lab: parameter '{leftover[0]}' is not simulated by the lab", 501)
     check_vm_perm(user, vmid, ["VM.Allocate"])  # create_vm: VM.Allocate on /vms/{vmid}
     check_modify_perm(user, vmid, None, opts, [], opts.get("unprivileged", "0"))
     tmpl = template_path(tmpl_volid)
@@ -1146,11 +1188,28 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
         raise PVEError(f"volume '{tmpl_volid}' does not exist")
     for key in (k for k in opts if re.fullmatch(r"dev\d+", k)):
         device_mode_and_rdev(parse_dev(opts[key])["path"])
-    opts.setdefault("memory", "512")
+    # create_vm: `my $storage = extract_param($param, 'storage') // 'local'`; a bare number as rootfs/mpN is a
+    # size on that storage (`$storage:$value`); without rootfs: `$storage:4` ("defaults to 4GB"), once the
+    # default storage passed `$check_and_activate_storage`; mount points without rootfs are refused.
+    storage = params.get("storage") or "local"
+    for key in [k for k in opts if k == "rootfs" or re.fullmatch(r"mp\d+", k)]:
+        if re.fullmatch(r"\d+(\.\d+)?", opts[key]):
+            opts[key] = f"{storage}:{opts[key]}"
+    if "rootfs" not in opts:
+        if any(re.fullmatch(r"mp\d+", k) for k in opts):
+            raise PVEError("mount points configured, but 'rootfs' not set - aborting")
+        check_storage_for_ct(storage)
+        opts["rootfs"] = f"{storage}:4"
+    # the defaults create_vm sets (`$conf->{hostname} ||= "CT$vmid"; memory ||= 512; swap //= 512`); arch and
+    # ostype are what PVE::LXC::Setup detects in the lab's Debian amd64 template
+    if not opts.get("hostname"):
+        opts["hostname"] = f"CT{vmid}"
+    if not opts.get("memory") or opts["memory"] == "0":
+        opts["memory"] = "512"
     opts.setdefault("swap", "512")
     opts.setdefault("arch", "amd64")
     opts.setdefault("ostype", "debian")
-    opts["rootfs"] = rootfs_volume(vmid, opts.get("rootfs") or params.get("storage") and f"{params['storage']}:8")
+    opts["rootfs"] = rootfs_volume(vmid, opts["rootfs"])
     with config_lock(vmid):
         if ct_exists(vmid):
             raise PVEError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{NODE}'")
@@ -1162,8 +1221,6 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     return "vzcreate", vmid, "create", [vmid, keep, tmpl]
 
 
-# update_vm's own parameters besides the config options (pve-container API2/LXC/Config.pm)
-UPDATE_VM_EXTRA = ("node", "vmid", "delete", "revert", "digest")
 # PVE::LXC::Config::update_pct_config: options that cannot be deleted / changed
 REQUIRED_OPTIONS = ("memory", "rootfs", "ostype")
 READ_ONLY_OPTIONS = ("unprivileged",)
@@ -1175,19 +1232,11 @@ def split_list(value) -> list[str]:
 
 
 def check_update_params(params: dict) -> tuple[dict, list[str], list[str], str | None]:
-    """update_vm's parameter checks that need no config: the JSON schema (additionalProperties 0, so
-    `skiplock` and unknown keys are 400 errors), `no options specified`, and the delete/revert lists.
-    Returns (options, delete, revert, digest)."""
+    """update_vm's parameter checks that need no config: PVE's schema (additionalProperties 0, so `skiplock`
+    and unknown keys are 400 errors; types, formats, enums, ranges), `no options specified`, and the
+    delete/revert lists. Returns (options, delete, revert, digest)."""
     params = dict(params)
-    unknown = {k: "property is not defined in schema and the schema does not allow additional properties"
-               for k in params if k not in UPDATE_VM_EXTRA and option_checker(k) is None}
-    opts = {k: v for k, v in params.items() if k not in UPDATE_VM_EXTRA and k not in unknown}
-    try:
-        opts = validate_options(opts)
-    except PVEError as e:
-        unknown.update(e.errors or {})
-    if unknown:
-        raise param_error(unknown)
+    opts = validate_options(params)
     params.pop("node", None)
     params.pop("vmid", None)
     digest = params.pop("digest", None)
@@ -1247,8 +1296,8 @@ def update_config(vmid, params: dict, user: str, cfg: dict | None = None) -> lis
         check_modify_perm(user, vmid, conf, {}, delete, unpriv, cfg)
         check_modify_perm(user, vmid, conf, {}, revert, unpriv, cfg)
         check_modify_perm(user, vmid, conf, opts, [], unpriv, cfg)
-        if revert:
-            raise param_error({"revert": "pending changes are not simulated by the lab"})
+        # revert: the lab writes every change at once, so there is no pending value to drop (update_vm
+        # deletes `$conf->{pending}->{$opt}` for each; without a [pending] section that changes nothing)
         to_delete, warnings = plan_update(conf, opts, delete)
         for key in (k for k in opts if re.fullmatch(r"dev\d+", k)):
             device_mode_and_rdev(parse_dev(opts[key])["path"])
@@ -1354,12 +1403,177 @@ def node_status() -> dict:
         "memory": {"total": total, "used": total - avail, "free": avail, "available": avail},
         "swap": {"total": mi.get("SwapTotal", 0), "free": mi.get("SwapFree", 0),
                  "used": mi.get("SwapTotal", 0) - mi.get("SwapFree", 0)},
-        "uptime": uptime, "loadavg": load, "cpu": 0,
+        "uptime": uptime, "loadavg": load, "cpu": node_cpu_fraction(),
         "cpuinfo": {"cpus": os.cpu_count(), "cores": os.cpu_count(), "sockets": 1, "model": "lab"},
         "kversion": f"{u.sysname} {u.release} {u.version}", "pveversion": f"pve-manager/{PVE_VERSION['version']}/{PVE_VERSION['repoid']}",
         "rootfs": {"total": shutil.disk_usage("/").total, "used": shutil.disk_usage("/").used,
                    "free": shutil.disk_usage("/").free},
     }
+
+
+def node_cpu_fraction() -> float:
+    """The node's CPU use since boot as a fraction (PVE's `cpu` is the rrd's recent fraction; the lab has no
+    rrd, so the average since boot stands in for it)."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    total = sum(vals[:8]) or 1
+    return round(1 - (vals[3] + vals[4]) / total, 4)
+
+
+def _storage_usage(sid: str) -> dict:
+    path = STORAGES[sid]["path"]
+    os.makedirs(path, exist_ok=True)
+    du = shutil.disk_usage(path)
+    return {"total": du.total, "used": du.used, "avail": du.free}
+
+
+def storage_digest() -> str:
+    """The digest of storage.cfg (a SHA1 of the file); the lab renders its STORAGES as storage.cfg lines."""
+    text = "".join(f"{v['type']}: {k}\n\tpath {v['path']}\n\tcontent {v['content']}\n\n" for k, v in STORAGES.items())
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def storage_config(sid: str) -> dict:
+    """GET /storage/{storage} (pve-storage src/PVE/API2/Storage/Config.pm `$api_storage_config`): the section
+    with `storage`, `digest` and `content` as a string; an unknown ID: `storage '<id>' does not exist`."""
+    if sid not in STORAGES:
+        raise PVEError(f"storage '{sid}' does not exist")
+    v = STORAGES[sid]
+    res = {"storage": sid, "type": v["type"], "content": v["content"], "digest": storage_digest()}
+    if v["type"] == "dir":
+        res["path"] = v["path"]
+    else:
+        res.update(vgname="pve", thinpool="data")  # the lab keeps an lvmthin storage in a directory
+    return res
+
+
+def node_storage_list(p: dict) -> list:
+    """GET /nodes/{node}/storage (pve-storage src/PVE/API2/Storage/Status.pm index): storages supporting any of
+    `content`, only `storage`, `enabled`; `target` = this node or localhost is no target (501 otherwise)."""
+    target = p.get("target")
+    if target and target not in (NODE, "localhost"):
+        raise PVEError("lab: parameter 'target' is not simulated by the lab (only this node)", 501)
+    wanted = set(apischema.split_list(p.get("content")))
+    if p.get("storage") and p["storage"] not in STORAGES:
+        raise param_error({"storage": "No such storage."})
+    res = []
+    for sid, v in sorted(STORAGES.items()):
+        content = set(v["content"].split(","))
+        if wanted and not wanted & content or p.get("storage") and p["storage"] != sid:
+            continue
+        u = _storage_usage(sid)
+        res.append({"storage": sid, "type": v["type"], "content": v["content"], "active": 1, "enabled": 1,
+                    "shared": 0, **u, "used_fraction": u["used"] / u["total"] if u["total"] else 0})
+    return res
+
+
+def storage_content(sid: str, content: str | None, vmid) -> list:
+    """GET /nodes/{node}/storage/{storage}/content: templates of `local` (vztmpl) and the CTs' root volumes
+    (rootdir); `content` and `vmid` filter (a template belongs to no guest)."""
+    if sid not in STORAGES:
+        raise PVEError(f"storage '{sid}' does not exist")
+    res = []
+    if sid == "local":
+        res += template_list()
+    for ct in list_cts():
+        with contextlib.suppress(PVEError):
+            rootfs = load_config(ct).get("rootfs", "")
+            d = parse_prop_string(rootfs, "volume")
+            if d.get("volume", "").startswith(f"{sid}:"):
+                size = apischema.parse_size(d.get("size", "0")) or 0
+                res.append({"volid": d["volume"], "content": "rootdir", "vmid": ct, "size": size,
+                            "format": "raw", "ctime": int(os.path.getmtime(conf_path(ct)))})
+    if content:
+        res = [r for r in res if r["content"] == content]
+    if vmid:
+        res = [r for r in res if str(r.get("vmid", "")) == str(vmid)]
+    return res
+
+
+def node_network(type_filter: str | None) -> list:
+    """GET /nodes/{node}/network (pve-manager PVE/API2/Network.pm index): the simulated node's interfaces are
+    its bridge vmbr0 (docs/lab.md, "Network"); `type` keeps those of the type, any_bridge and any_local_bridge
+    the bridges."""
+    addr, bits = BRIDGE_ADDR.split("/")
+    iface = {"iface": BRIDGE, "type": "bridge", "method": "static", "families": ["inet"], "autostart": 1,
+             "active": 1 if os.path.isdir(f"/sys/class/net/{BRIDGE}") else 0, "exists": 1,
+             "address": addr, "netmask": bits, "cidr": BRIDGE_ADDR, "bridge_ports": "", "bridge_stp": "off",
+             "bridge_fd": "0", "priority": 1}
+    if type_filter and not (type_filter == "bridge" or re.fullmatch(r"any(_local)?_bridge", type_filter)):
+        return []
+    return [iface]
+
+
+def cluster_status() -> list:
+    """GET /cluster/status of a node without a cluster (pve-manager PVE/API2/Cluster.pm get_status: the
+    "fake entry for local node if no cluster defined")."""
+    return [{"type": "node", "id": f"node/{NODE}", "name": NODE, "ip": BRIDGE_ADDR.split("/")[0], "local": 1,
+             "nodeid": 0, "online": 1, "level": ""}]
+
+
+def cluster_resources(type_filter: str | None) -> list:
+    """GET /cluster/resources (pve-manager PVE/API2/Cluster.pm resources; PVE/API2Tools.pm extract_vm_stats,
+    extract_node_stats, extract_storage_stats): guests, then nodes, then storages per node."""
+    res = []
+    if type_filter in (None, "", "vm"):
+        for vmid in list_cts():
+            st = vm_status(vmid)
+            entry = {"id": f"lxc/{vmid}", "vmid": vmid, "node": NODE, "type": "lxc", "status": st["status"],
+                     "uptime": st["uptime"], "name": st["name"], "template": st.get("template", 0),
+                     "maxcpu": st["cpus"], "cpu": st["cpu"], "maxmem": st["maxmem"], "mem": st["mem"],
+                     "maxdisk": st["maxdisk"], "disk": st["disk"], "netin": st["netin"], "netout": st["netout"],
+                     "diskread": st["diskread"], "diskwrite": st["diskwrite"]}
+            if st.get("tags"):
+                entry["tags"] = st["tags"]
+            if st.get("lock"):
+                entry["lock"] = st["lock"]
+            res.append(entry)
+    if type_filter in (None, "", "node"):
+        ns = node_status()
+        res.append({"id": f"node/{NODE}", "node": NODE, "type": "node", "status": "online", "level": "",
+                    "uptime": ns["uptime"], "cpu": ns["cpu"], "maxcpu": ns["cpuinfo"]["cpus"],
+                    "mem": ns["memory"]["used"], "maxmem": ns["memory"]["total"],
+                    "disk": ns["rootfs"]["used"], "maxdisk": ns["rootfs"]["total"], "cgroup-mode": 1})
+    if type_filter in (None, "", "storage"):
+        for sid, v in sorted(STORAGES.items()):
+            u = _storage_usage(sid)
+            res.append({"id": f"storage/{NODE}/{sid}", "storage": sid, "node": NODE, "type": "storage",
+                        "plugintype": v["type"], "status": "available", "shared": 0, "content": v["content"],
+                        "maxdisk": u["total"], "disk": u["used"]})
+    return res
+
+
+def snapshot_list(vmid) -> list:
+    """GET /nodes/{node}/lxc/{vmid}/snapshot (pve-container src/PVE/API2/LXC/Snapshot.pm list): the lab's CTs
+    have no snapshots (taking one is not simulated), so only `current`."""
+    conf = load_config(int(vmid))
+    return [{"name": "current", "digest": conf["digest"], "running": 1 if is_running(int(vmid)) else 0,
+             "description": "You are here!"}]
+
+
+def ct_interfaces(vmid):
+    """GET /nodes/{node}/lxc/{vmid}/interfaces (pve-container src/PVE/LXC.pm get_interfaces): `ip --json a` in the
+    CT's network namespace; null for a stopped CT."""
+    load_config(int(vmid))
+    state, pid = lxc_info(int(vmid))
+    if state != "running" or not pid:
+        return None
+    r = subprocess.run(["nsenter", "-t", str(pid), "--net", "--", "ip", "--json", "a"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise PVEError(f"command 'nsenter -t {pid} --net -- ip --json a' failed: exit code {r.returncode}")
+    res = []
+    for itf in json.loads(r.stdout or "[]"):
+        obj = {"name": itf["ifname"]}
+        addrs = []
+        for ip in itf.get("addr_info", []):
+            obj[ip["family"]] = f"{ip['local']}/{ip['prefixlen']}"
+            addrs.append({"ip-address-type": ip["family"], "ip-address": ip["local"], "prefix": ip["prefixlen"]})
+        obj["ip-addresses"] = addrs
+        obj["hardware-address"] = itf.get("address")
+        obj["hwaddr"] = itf.get("address")
+        res.append(obj)
+    return res
 
 
 def template_list() -> list:
