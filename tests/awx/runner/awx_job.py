@@ -25,6 +25,7 @@ Every rule below is AWX's, cited by file and function (ansible/awx at e21dd0a093
 """
 from __future__ import annotations
 
+import configparser
 import glob
 import json
 import os
@@ -339,6 +340,16 @@ def inject_credential(ctype: Mapping[str, Any], inputs: Mapping[str, Any], env: 
         args.extend(["-e", "@%s" % path])
 
 
+def read_ansible_config(project: str, names: List[str]) -> Dict[str, str]:
+    """awx/main/utils/ansible.py read_ansible_config: [defaults] of the project's ansible.cfg (the EE's
+    /etc/ansible/ansible.cfg too in AWX; none in this harness's environment)."""
+    parser = configparser.ConfigParser()
+    parser.read([os.path.join(project, "ansible.cfg")])
+    if "defaults" not in parser:
+        return {}
+    return {n: parser["defaults"][n] for n in names if n in parser["defaults"]}
+
+
 def awx_meta_vars(job: Mapping[str, Any]) -> Dict[str, Any]:
     """UnifiedJob.awx_meta_vars and Job.awx_meta_vars for a job launched by a user (or spawned by a workflow)."""
     r: Dict[str, Any] = {}
@@ -383,11 +394,19 @@ def build_private_data_dir(pdd: str, job: Mapping[str, Any]) -> Dict[str, Any]:
                 "ANSIBLE_RETRY_FILES_ENABLED": "False", "MAX_EVENT_RES": str(MAX_EVENT_RES_DATA), "AWX_HOST": TOWER_URL_BASE,
                 # '/runner/cp' in AWX: the private data dir is mounted at /runner in the execution environment.
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": os.path.join(pdd, "cp")})
-    for key, default in (("ANSIBLE_COLLECTIONS_PATHS", "~/.ansible/collections:/usr/share/ansible/collections"),
-                         ("ANSIBLE_ROLES_PATH", "~/.ansible/roles:/usr/share/ansible/roles:/etc/ansible/roles"),
-                         ("ANSIBLE_COLLECTIONS_PATH", "~/.ansible/collections:/usr/share/ansible/collections")):
-        folder = "requirements_roles" if "ROLES" in key else "requirements_collections"
-        env[key] = os.pathsep.join([os.path.join(pdd, folder)] + default.split(":"))
+    # RunJob.build_env's path_vars: the project's ansible.cfg value (read_ansible_config) before the defaults, the
+    # project sync's folder first.
+    config = read_ansible_config(project, ["collections_paths", "roles_path", "collections_path"])
+    for key, setting, folder, default in (
+            ("ANSIBLE_COLLECTIONS_PATHS", "collections_paths", "requirements_collections", "~/.ansible/collections:/usr/share/ansible/collections"),
+            ("ANSIBLE_ROLES_PATH", "roles_path", "requirements_roles", "~/.ansible/roles:/usr/share/ansible/roles:/etc/ansible/roles"),
+            ("ANSIBLE_COLLECTIONS_PATH", "collections_path", "requirements_collections", "~/.ansible/collections:/usr/share/ansible/collections")):
+        paths = default.split(":")
+        if setting in config:
+            for path in config[setting].split(":"):
+                if path not in paths:
+                    paths = [config[setting]] + paths
+        env[key] = os.pathsep.join([os.path.join(pdd, folder)] + paths)
     safe_env = dict(env)
     args: List[str] = []
     if job.get("job_type") == "check":
