@@ -194,3 +194,36 @@ def test_workflow_launch_is_validated_against_its_survey():
     with pytest.raises(awx_job.LaunchRefused) as exc:
         awx_workflow.run_workflow("GPU host: recover then deploy", {"recover_vmid": 129}, "inventories/lab/hosts.yml", [], "HEAD")
     assert "'deploy_containers' value missing" in str(exc.value)
+
+
+def _set_stats_keys(folder):
+    keys = set()
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, folder)):
+        for name in files:
+            if name.endswith(".yml"):
+                for task in yaml.safe_load(open(os.path.join(dirpath, name), encoding="utf-8")) or []:
+                    if isinstance(task, dict) and "ansible.builtin.set_stats" in task:
+                        keys.update(task["ansible.builtin.set_stats"]["data"])
+    return keys
+
+
+def test_each_workflow_node_accepts_what_awx_passes_it():
+    """A node's job gets the workflow's answers, its template's survey defaults and its parent's artifacts as extra
+    vars; the playbook's allow-list (extra_vars_check) must accept every one of them, or the node fails at once."""
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs as pi
+    loader = lambda path: yaml.safe_load(open(path, encoding="utf-8"))  # noqa: E731
+    config = load("awx/config.yml")
+    wf = config["inferops_awx_workflows"][0]
+    templates = {jt["name"]: jt for jt in config["inferops_awx_job_templates"]}
+    artifacts = {"recover": _set_stats_keys("roles/gpu_recover")}
+    assert artifacts["recover"] == {"gpu_recover"}
+    for node in wf["workflow_nodes"]:
+        jt = templates[node["unified_job_template"]["name"]]
+        names = {q["variable"] for q in WORKFLOW["spec"]}
+        names |= {q["variable"] for q in load(os.path.join("awx", jt["survey"]))["spec"] if "default" in q}
+        parents = [n["identifier"] for n in wf["workflow_nodes"]
+                   if any(c["identifier"] == node["identifier"] for c in (n.get("related") or {}).get("success_nodes", []))]
+        for parent in parents:
+            names |= artifacts.get(parent, set())
+        playbook = os.path.basename(jt["playbook"])
+        assert pi.undocumented(sorted(names), pi.allowed(playbook, loader)) == [], (node["identifier"], playbook)
