@@ -39,6 +39,9 @@ ECHO_WIDTH = 60
 _WORKFLOW = ("answered in the AWX workflow 'GPU host: recover then deploy', whose survey answers go to each of its "
              "jobs; not read by this playbook")
 
+_ARTIFACT = ("the artifact of the recover node of the AWX workflow 'GPU host: recover then deploy' (AWX passes a node's "
+             "set_stats to the next node's job as extra vars); not read by this playbook")
+
 # Each entry playbook's own inputs (name: what it means). The roles' settings come from their argument_specs.
 PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
     "deploy.yml": {
@@ -46,6 +49,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "deploy_nodes": "the PVE nodes (a host pattern, default the group proxmox_nodes)",
         "recover_vmid": _WORKFLOW,
         "recover_allow_reboot": _WORKFLOW,
+        "gpu_recover": _ARTIFACT,
     },
     "plan.yml": {
         "plan_input": "a mapping of hicache_plan keys (facts and layout), as in inventories/examples/",

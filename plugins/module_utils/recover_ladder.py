@@ -20,6 +20,7 @@ import math
 from typing import Any, Mapping, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import report_artifact
 
 
 class LadderError(ValueError):
@@ -92,6 +93,8 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     artifact = {"vmid": report["vmid"], "node": report["node"], "verdict": verdict, "cleared_by_rung": cleared,
                 "reboot_needed": report["reboot_needed"], "rungs": [r["rung"] for r in rows], "seconds": seconds,
                 "check_mode": report["check_mode"], "reasons": report["after"]["reasons"] if not clean else []}
+    # AWX deletes the job's private data dir after the job: the report an operator keeps is the artifact's copy.
+    artifact.update(report_artifact.bounded(report))
     lines = [verdict, after.get("summary") or "",
              "Rungs: %s" % (", ".join("%d %s: %s s" % (r["rung"], r["name"], r["seconds"]) for r in rows) or "none")]
     if report["check_mode"]:

@@ -103,17 +103,18 @@ def test_blank_role_setting_is_said(tmp_path):
     assert "Traceback" not in out
 
 
-def test_awx_style_run_through_ansible_runner():
+def test_awx_style_run_through_ansible_runner(tmp_path):
     """tests/awx/runner/awx_run.py: the plan job template's way (private data dir, !unsafe extravars, runner)."""
     pytest.importorskip("ansible_runner")
     pytest.importorskip("distlib")
-    run = subprocess.run([sys.executable, "tests/awx/runner/awx_run.py", "--playbook", "playbooks/plan.yml",
+    pdd = tmp_path / "job"
+    run = subprocess.run([sys.executable, "tests/awx/runner/awx_run.py", "--keep", str(pdd), "--playbook", "playbooks/plan.yml",
                           "--survey", "awx/surveys/plan.yml", "--inventory", "inventories/lab/hosts.yml",
                           "--answer", "plan_host=ct129", "--answer", "sglang_server_tp_size=2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
-    assert "!unsafe 'plan_host': !unsafe 'ct129'" in out
+    assert "!unsafe 'plan_host': !unsafe 'ct129'" in (pdd / "env" / "extravars").read_text()
     assert '"hicache_plan": {"host": "ct129", "fits": true, "per_rank_gb": 1' in out
 
 

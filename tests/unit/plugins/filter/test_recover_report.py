@@ -2,6 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -38,7 +40,8 @@ def test_a_climb_that_clears_at_rung_2():
     assert rep["rungs"][0]["next_rung"] == 2 and rep["rungs"][0]["reasons_after"] == ["holders"]
     assert res["artifact"] == {"vmid": 129, "node": "pve1", "verdict": "Clean", "cleared_by_rung": 2,
                                "reboot_needed": False, "rungs": [1, 2], "seconds": 60.2, "check_mode": False,
-                               "reasons": []}
+                               "reasons": [], "report": rep, "report_bytes": len(json.dumps(rep, sort_keys=True)),
+                               "report_complete": True, "report_dropped": []}
     assert res["summary_lines"] == ["Clean", "summary True", "Rungs: 1 stop_service: 39.0 s, 2 kill_holders: 18.0 s",
                                     "Report: /r/x.json"]
 
