@@ -114,7 +114,7 @@ def test_inventory_is_a_json_script_of_the_committed_inventory(layout):
     assert stat.S_IMODE(os.stat(script).st_mode) == 0o700
     data = json.loads(subprocess.run([script], capture_output=True, text=True, check=True).stdout)
     assert data["all"]["children"] and "sglang_containers" in data["all"]["children"]
-    assert data["sglang_containers"]["hosts"] == ["ct129"]
+    assert data["sglang_containers"]["hosts"] == ["ct129", "ct132"]
     assert data["_meta"]["hostvars"]["ct129"]["proxmox_vmid"] == 129
     assert data["_meta"]["hostvars"]["ct129"]["remote_tower_enabled"] == "true"
     assert data["all"]["vars"]["proxmox_api_token_id"] == "lab"
