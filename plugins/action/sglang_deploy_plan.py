@@ -65,6 +65,8 @@ class ActionModule(ActionBase):
                                                           args.get("guests") or [], self._node_reserve_bytes(args),
                                                           str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"),
                                                           str(args.get("owner_tag") or ""))
+                if result["node_plan"]["notes"]:
+                    result["warnings"] = list(result["node_plan"]["notes"])
             elif stage == "launch":
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch

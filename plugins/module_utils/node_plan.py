@@ -68,6 +68,20 @@ def held_bytes(guest: Mapping[str, Any], measured: Mapping[str, Any]) -> int:
     return _int(read) if read is not None and guest.get("type", "lxc") == "lxc" else _int(guest.get("mem_bytes"))
 
 
+def cgroup_unread(guest: Mapping[str, Any], measured: Mapping[str, Any]) -> bool:
+    """A running container whose memory cgroup was not read on the node (it started between the PVE listing and the
+    read, or the read found no cgroup): :func:`held_bytes` then has only the PVE API's ``mem``, which misses shared
+    memory, so a caller counts it conservatively and says so."""
+    return (guest.get("status") == "running" and guest.get("type", "lxc") == "lxc"
+            and (measured.get(str(_int(guest.get("vmid")))) or {}).get("memory_held_bytes") is None)
+
+
+def _unread_note(guest: Mapping[str, Any], counted: str) -> str:
+    return ("%s: its memory cgroup was not read on the node, so what it holds is not known (the PVE API's "
+            "mem, %s, leaves out shared memory such as SGLang's pinned pools); counted %s. Run the deploy again to read "
+            "it." % (guest_label(guest), fmt_gib(_int(guest.get("mem_bytes"))), counted))
+
+
 def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]],
                node_gpus: Sequence[int] = ()) -> Dict[int, str]:
     """GPU index -> the guest that holds it (devN), for the GPUs the containers ask for; refuses a GPU held by a
@@ -142,18 +156,21 @@ def _commit(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapp
     measured = node.get("containers_memory") or {}
     gates: Dict[str, Any] = {}
     rows: List[Dict[str, Any]] = []
+    notes: List[str] = []
     to_add = 0  # what the containers planned so far will still take from MemAvailable
     for ct in sorted(containers, key=lambda c: _int(c["vmid"])):
         host = ct["host"]
         guest = by_vmid.get(_int(ct["vmid"]), {})
         held = held_bytes(guest, measured)
+        if cgroup_unread(guest, measured):
+            notes.append(_unread_note(guest, "its plan's ceiling, as for a container that is not running"))
         container = dict(ct, existing_mem_bytes=held)
         gate = node_gate(requests[host], node, container, node_reserve_bytes, committed_elsewhere_bytes=to_add)
         ceiling, pinned = int(gate["plan"]["ceiling_bytes"]), int(gate["plan"]["engine_pinned_bytes"])
         # A running container whose plan pins no more than it holds now counts what it holds (measured: its pools are
         # pinned at start-up and inside it), as a running container of ours outside this run does; so re-running one
         # or all plans the same. One that is new, stopped, or will pin more commits its ceiling.
-        in_use = guest.get("status") == "running" and pinned <= held
+        in_use = guest.get("status") == "running" and pinned <= held and not cgroup_unread(guest, measured)
         committed = held if in_use else ceiling
         to_add += max(0, committed - held)
         gates[host] = gate
@@ -169,18 +186,21 @@ def _commit(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapp
             continue
         running = guest.get("status") == "running"
         ours = bool(owner_tag) and owner_tag in (guest.get("tags") or []) and running
-        if ours or others_count == "measured":
+        if (ours or others_count == "measured") and cgroup_unread(guest, measured):
+            counted, basis = _int(guest.get("maxmem_bytes")), "its limit (cgroup not read)"
+            notes.append(_unread_note(guest, "its memory limit, %s" % fmt_gib(counted)))
+        elif ours or others_count == "measured":
             counted, basis = held_bytes(guest, measured), "its use now"
         else:
             counted, basis = _int(guest.get("maxmem_bytes")), "its limit"
         others.append({"vmid": _int(guest.get("vmid")), "label": guest_label(guest), "limit_bytes": _int(guest.get("maxmem_bytes")),
-                       "mem_bytes": held_bytes(guest, measured), "counted_bytes": counted,
+                       "held_bytes": held_bytes(guest, measured), "counted_bytes": counted,
                        "basis": ("ours, not in this run: " if ours else "not managed, ") + basis})
     total = int(node["mem_total_bytes"])
     committed_total = sum(r["committed_bytes"] for r in rows) + sum(o["counted_bytes"] for o in others) + node_reserve_bytes
     result = {"node": node_name, "mem_total_bytes": total, "node_reserve_bytes": node_reserve_bytes,
               "others_count": others_count, "containers": rows, "others": others,
-              "committed_bytes": committed_total, "fits": committed_total <= total, "gates": gates}
+              "committed_bytes": committed_total, "fits": committed_total <= total, "gates": gates, "notes": notes}
     result["table"] = table(result)
     return result
 

@@ -228,12 +228,13 @@ def test_a_running_container_of_ours_not_in_this_run_counts_by_its_use_so_one_re
     both = plan(containers)
     used = both["containers"][1]["committed_bytes"]
     ours = dict(guest(131, status="running", maxmem_gib=400, gpus=[4, 5, 6, 7], name="ct131"), mem_bytes=used, tags=["inferops-gpu"])
-    one = npl.plan_node({"ct129": request()}, containers[:1], NODE, [ours], 4 * GIB, "limit", "pve1", "inferops-gpu")
-    assert one["others"][0]["counted_bytes"] == used
+    node = dict(NODE, containers_memory={"131": {"memory_held_bytes": used}})
+    one = npl.plan_node({"ct129": request()}, containers[:1], node, [ours], 4 * GIB, "limit", "pve1", "inferops-gpu")
+    assert one["others"][0]["counted_bytes"] == one["others"][0]["held_bytes"] == used and one["notes"] == []
     assert one["others"][0]["basis"] == "ours, not in this run: its use now"
     # Without the tag (another tool's container) the same guest counts by its 400 GiB limit and overflows the node.
     with pytest.raises(rq.DeployError, match="not managed, its limit"):
-        npl.plan_node({"ct129": request()}, containers[:1], NODE, [dict(ours, tags=[])], 4 * GIB, "limit", "pve1", "inferops-gpu")
+        npl.plan_node({"ct129": request()}, containers[:1], node, [dict(ours, tags=[])], 4 * GIB, "limit", "pve1", "inferops-gpu")
 
 
 def test_a_gpu_the_node_lacks_is_named_before_two_containers_asking_for_it():
@@ -291,3 +292,23 @@ def test_held_memory_is_the_cgroup_reading_for_containers_and_pve_mem_for_vms():
     assert npl.held_bytes(guest(129, status="stopped", mem_gib=1), measured) == 0
     assert npl.held_bytes(guest(131, status="running", mem_gib=1), measured) == GIB  # not read on the node
     assert npl.held_bytes(guest(200, status="running", mem_gib=3, kind="qemu"), measured) == 3 * GIB
+
+
+def test_a_running_container_whose_cgroup_was_not_read_is_counted_conservatively_and_said():
+    # The PVE API's mem leaves SGLang's shared-memory pools out: without the cgroup reading, an "ours" guest counts
+    # its limit, a container of the run commits its ceiling (not "what it holds now"), and each is named in a note.
+    containers, first, node, guests, held = running_node(2 * GIB)
+    node = dict(node, containers_memory={"129": node["containers_memory"]["129"]})  # CT 130 not read
+    one = npl.plan_node({"ct129": request()}, containers[:1], node, guests, 4 * GIB, "limit", "pve1", "inferops-gpu")
+    other = one["others"][0]
+    assert other["counted_bytes"] == 200 * GIB and other["basis"] == "ours, not in this run: its limit (cgroup not read)"
+    assert len(one["notes"]) == 1 and one["notes"][0].startswith("CT 130 (running): its memory cgroup was not read")
+    assert "counted its memory limit, 200.0 GiB" in one["notes"][0]
+    both = npl.plan_node({c["host"]: request() for c in containers}, containers, node, guests, 4 * GIB, "limit", "pve1",
+                         "inferops-gpu")
+    rows = {r["vmid"]: r for r in both["containers"]}
+    assert rows[129]["counted_in_use"] and not rows[130]["counted_in_use"]
+    assert rows[130]["committed_bytes"] == rows[130]["ceiling_bytes"]
+    assert [n.split(":")[0] for n in both["notes"]] == ["CT 130 (running)"]
+    # A stopped guest or a VM is never "unread".
+    assert not npl.cgroup_unread(guest(131, status="stopped"), {}) and not npl.cgroup_unread(guest(200, status="running", kind="qemu"), {})
