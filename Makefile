@@ -156,7 +156,7 @@ lab-down: setup
 	"$(ROOT)/tests/lab/labctl" down
 
 lab-test: lab
-	"$(BIN)/python" -m pytest -q tests/lab
+	"$(BIN)/python" -m pytest -q --durations=15 tests/lab
 
 # Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time. `default` deploys,
 # verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own).
