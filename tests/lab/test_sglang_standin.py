@@ -391,9 +391,53 @@ def test_dp_attention_and_multinode(run):
     assert titles(s) == ["sglang::data_parallel_controller", "sglang::detokenizer",
                          "sglang::scheduler_DP0_TP0", "sglang::scheduler_DP1_TP1"]
     assert s.terminate() == 0
-    s = run("0.5.9", "--tp", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:5757")
-    s.wait_healthy()
-    assert titles(s) == ["sglang::scheduler_TP2", "sglang::scheduler_TP3"]  # no detokenizer on node rank 1
-    assert s.get("/health_generate")[0] == 200 and s.get("/ping")[0] == 200
-    assert s.get("/server_info")[0] == 404
-    assert s.terminate() == 0
+
+
+def _free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _gone(server, timeout=30):
+    try:
+        return server.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_multinode_rendezvous_and_a_dead_peer(run):
+    # Two "nodes" on this host (the same code path as two containers): node rank 1 first. Its schedulers wait in the
+    # rendezvous (global rank 0's store on --dist-init-addr), so it answers nothing; node rank 0's front end answers
+    # only once every rank joined (SGLang: the HTTP server starts after the schedulers report ready).
+    dist = "127.0.0.1:%d" % _free_port()
+    common = ("--tp", "4", "--nnodes", "2", "--dist-init-addr", dist)
+    one = run("0.5.9", *common, "--node-rank", "1", "--base-gpu-id", "2")  # its own GPUs of the fake driver
+    time.sleep(3)
+    with pytest.raises((OSError, ConnectionError)):
+        one.get("/health", timeout=2)
+    assert titles(one) == ["sglang::scheduler_TP2", "sglang::scheduler_TP3"]  # no detokenizer on node rank 1
+    zero = run("0.5.9", *common, "--node-rank", "0")
+    assert zero.wait_healthy()[-1] == 200 and one.wait_healthy()[-1] == 200
+    assert titles(zero) == ["sglang::detokenizer", "sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+    assert one.get("/health_generate")[0] == 200 and one.get("/ping")[0] == 200
+    assert one.get("/server_info")[0] == 404 and zero.get("/server_info")[0] == 200
+    # One rank of node 1 dies: the broadcast of the next scheduler loop fails on node 0 (Gloo), whose ranks SIGQUIT
+    # their parent; then node 1's remaining rank loses node 0. Both servers go down: half a server is no server.
+    os.kill(rank_pids(one)[-1], signal.SIGKILL)
+    assert _gone(zero) is not None and _gone(one) is not None
+    assert "Connection closed by peer" in zero.output() and "Scheduler hit an exception" in zero.output()
+    assert "Connection closed by peer" in one.output()
+
+
+def test_multinode_rendezvous_times_out_as_torch_does(run):
+    dist_port = _free_port()
+    common = ("--tp", "4", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:%d" % dist_port, "--dist-timeout", "2")
+    alone = run("0.5.9", *common, "--node-rank", "1")
+    assert _gone(alone) not in (None, 0)
+    assert "The client socket has timed out after 2s while trying to connect to (127.0.0.1, %d)." % dist_port in alone.output()
+    head = run("0.5.9", *common, "--node-rank", "0")
+    assert _gone(head) not in (None, 0)
+    # its own second rank joined; node 1's two never came
+    assert "Timed out after 3 seconds waiting for clients. 2/4 clients joined." in head.output()

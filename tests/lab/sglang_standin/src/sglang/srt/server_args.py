@@ -70,6 +70,7 @@ def build_parser(version: str) -> argparse.ArgumentParser:
     a("--random-seed", type=int, default=None)
     a("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", type=str, default=None)
     a("--nnodes", type=int, default=1)
+    a("--dist-timeout", type=int, default=None)
     a("--node-rank", type=int, default=0)
     # logging and metrics
     a("--log-level", type=str, default="info")

@@ -28,6 +28,7 @@ class Rank:
         self.log = utils.Logger(self.rank["prefix"], self.args.get("log_level", "info"))
         self.device = None
         self.host_pool = None
+        self.world = None
         self.stop = False
 
     # -- signals -------------------------------------------------------------------------------
@@ -56,6 +57,13 @@ class Rank:
         ctx_mib = utils.env_float("SGLANG_STANDIN_CUDA_CONTEXT_MIB", 512)
         if ctx_mib > 0:
             dev.alloc(int(ctx_mib * 1024 * 1024), "context")
+        if a.get("nnodes", 1) > 1:
+            # ModelRunner.init_torch_distributed: the rendezvous of all tp x pp ranks, before the weights
+            # (sglang.srt.distributed, the stand-in's, says what is simulated and its sources)
+            from sglang.srt.distributed import World
+
+            self.world = World(a, self.rank, self.log, lambda: self.stop)
+            self.world.join()
         avail = dev.free_bytes()
         self.log.info("Load weight begin. avail mem=%.2f GB" % (avail / 2 ** 30))
         load_s = utils.env_float("SGLANG_STANDIN_LOAD_SECONDS", 0)
@@ -147,6 +155,9 @@ class Rank:
         if self.device is not None:
             self.device.close()
             self.device = None
+        if self.world is not None:
+            self.world.close()
+            self.world = None
 
 
 def main(argv):
@@ -158,9 +169,9 @@ def main(argv):
     signal.signal(signal.SIGTERM, r.on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the main process, as in SGLang
     parent = os.getppid()
-    try:
-        r.init()
-    except BaseException:
+    from sglang.srt.distributed import Stopped
+
+    def failed():
         r.log.error("Scheduler hit an exception: %s" % traceback.format_exc())
         try:
             r.teardown()
@@ -171,6 +182,14 @@ def main(argv):
         except OSError:
             pass
         return 1
+
+    try:
+        r.init()
+    except Stopped:
+        r.teardown()
+        return 0
+    except BaseException:
+        return failed()
     info = {
         "status": "ready",
         "pid": os.getpid(),
@@ -193,6 +212,11 @@ def main(argv):
         time.sleep(0.2)
         if os.getppid() != parent:  # belt and braces next to PDEATHSIG
             break
+        if r.world is not None and not r.stop:
+            try:
+                r.world.check()  # Scheduler.recv_requests' broadcast over the TP group, every loop
+            except Exception:
+                return failed()
     r.log.info("Scheduler received SIGTERM; releasing the host pool and GPU memory.")
     r.teardown()
     return 0
