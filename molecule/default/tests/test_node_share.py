@@ -166,6 +166,36 @@ def test_two_more_containers_each_fitting_alone_are_refused_together_naming_the_
     assert "133" not in before["vmids"] and "134" not in before["vmids"]
 
 
+def test_a_refusal_on_one_node_changes_nothing_on_another_node_of_the_run():
+    # A run over two nodes (a server spread over both): pve1 would create CT 133 (it fits), while the other node's
+    # container asks for a GPU that node lacks. The gate is all or nothing: no node changes. Not check mode, so a
+    # gate that let pve1 go on would really create CT 133. The second node is pve1 again under another inventory
+    # name (the roles only see an inventory host, its API and its SSH endpoint).
+    with open(os.path.join(ROOT, "inventories", "lab", "hosts.yml")) as f:
+        node = dict(yaml.safe_load(f)["all"]["children"]["proxmox_nodes"]["hosts"]["pve1"])
+    hosts = {**declared(133, [5], sglang_server_tp_size=1),
+             **declared(134, [9], sglang_server_tp_size=1, pve_gpu_container_node_host="pve1b")}
+    before = world()
+    assert "133" not in before["vmids"]
+    cmd = [labstate.ansible_playbook(), "-i", labstate.INVENTORY]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "nodes.yml")
+        with open(path, "w") as f:
+            yaml.safe_dump({"all": {"children": {"proxmox_nodes": {"hosts": {"pve1b": node}},
+                                                 "sglang_containers": {"hosts": hosts}}}}, f)
+        try:
+            result = subprocess.run(cmd + ["-i", path, PLAYBOOK, "-e", "deploy_containers=ct133,ct134"], capture_output=True,
+                                    text=True, timeout=900, cwd=ROOT, env=labstate.playbook_env())
+            out = refused(result, "CT 134 asks for GPUs 9 but the node has 8 GPU",
+                          "refused before any change on any node: node(s) pve1b failed the checks above")
+            assert "node(s) pve1 " not in out and "node(s) pve1," not in out
+            assert world() == before
+        finally:
+            if "133" in sh("/usr/sbin/pct", "list"):
+                sh("/usr/sbin/pct", "stop", "133", check=False)
+                sh("/usr/sbin/pct", "destroy", "133", check=False)
+
+
 def cgroup_memory(vmid: str) -> dict:
     """The container's memory cgroup counters on the node (v2 /sys/fs/cgroup/lxc/<vmid>, else v1's memory hierarchy)."""
     for base, usage in (("/sys/fs/cgroup/lxc/%s", "memory.current"), ("/sys/fs/cgroup/memory/lxc/%s", "memory.usage_in_bytes")):
