@@ -5,8 +5,10 @@ The API schema they meet is PVE's (tests/lab/pve/apidata-slice.json, docs/lab.md
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -189,3 +191,40 @@ def test_community_proxmox_modules(lab):
     finally:
         destroy(COMMUNITY_VMID)
         destroy(COMMUNITY_VMID2)
+
+
+def test_without_pve2_pve1_has_no_quorum(api_token):
+    """Two members, one vote each: with pve2's daemon stopped pve1 is not quorate, so create and start fail before
+    any change (pve-cluster check_cfs_quorum), and a request for pve2 gets the proxy's connection error."""
+    pidfile = "/run/inferops-lab/pve-api-pve2.pid"
+    with open(pidfile) as f:
+        pid = int(f.read().split()[0])
+    os.kill(pid, signal.SIGTERM)
+    try:
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{pid}"):
+                break
+            time.sleep(0.1)
+        status = api_token.cluster.status.get()
+        assert status[0]["quorate"] == 0 and [(n["name"], n["online"]) for n in status[1:]] == [(NODE, 1), (NODE2, 0)]
+        with pytest.raises(ResourceException) as e:
+            api_token.nodes(NODE).lxc.post(vmid=VMID, ostemplate=TEMPLATE)
+        assert e.value.status_code == 500 and "cluster not ready - no quorum?" in str(e.value)
+        assert not os.path.exists(f"/etc/pve/nodes/pve1/lxc/{VMID}.conf")
+        with pytest.raises(ResourceException) as e:
+            api_token.nodes(NODE).lxc(130).status.start.post()  # running: refused as such before quorum
+        assert "CT 130 already running" in str(e.value)
+        with pytest.raises(ResourceException) as e:
+            api_token.nodes(NODE2).status.get()
+        assert e.value.status_code == 595
+        nodes = {n["node"]: n["status"] for n in api_token.nodes.get()}
+        assert nodes == {NODE: "online", NODE2: "offline"}
+    finally:
+        subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tests", "lab", "pve", "api.py"), "--daemon", "--node",
+                        NODE2], check=True)  # as labctl up starts it
+        for _ in range(100):
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{API2}/version", verify=CA, timeout=2).status_code == 401:
+                    break
+            time.sleep(0.1)
+    assert api_token.cluster.status.get()[0]["quorate"] == 1
