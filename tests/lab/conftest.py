@@ -16,6 +16,8 @@ LABCTL = os.path.join(HERE, "labctl")
 LAB = "/var/lib/inferops-lab"
 CA = f"{LAB}/pki/ca.pem"
 NODE = "pve1"
+NODE2 = "pve2"        # the cluster's second node (docs/lab.md, "Two nodes")
+NODE_ADDRESSES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2"}
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 TEST_VMID = 199       # shared by the tests of one module; never 129 or 130
 LIFECYCLE_VMID = 198  # created and destroyed by the lifecycle test
@@ -30,6 +32,14 @@ def labctl(*args: str, check: bool = True, timeout: int = 900) -> subprocess.Com
 
 def pct(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["/usr/sbin/pct", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def node_ssh(node: str, *cmd: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """A command on a node as its SSH endpoint runs it (root, the lab's key, the host key checked)."""
+    return subprocess.run(["ssh", "-p", "2222", "-i", f"{LAB}/ssh/id_ed25519", "-o", "IdentitiesOnly=yes",
+                           "-o", f"UserKnownHostsFile={LAB}/ssh/known_hosts", "-o", "StrictHostKeyChecking=yes",
+                           "-o", "BatchMode=yes", f"root@{NODE_ADDRESSES[node]}", *cmd],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def secret(name: str) -> str:
@@ -55,6 +65,14 @@ def api_root(lab):
 def api_token(lab):
     from proxmoxer import ProxmoxAPI
     return ProxmoxAPI("127.0.0.1", user="root@pam", token_name="lab", token_value=secret("token-secret"),
+                      verify_ssl=CA)
+
+
+@pytest.fixture(scope="session")
+def api_token_pve2(lab):
+    """The token's client of pve2's own API address."""
+    from proxmoxer import ProxmoxAPI
+    return ProxmoxAPI(NODE_ADDRESSES[NODE2], user="root@pam", token_name="lab", token_value=secret("token-secret"),
                       verify_ssl=CA)
 
 

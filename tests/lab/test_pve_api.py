@@ -8,7 +8,7 @@ import stat
 import pytest
 from proxmoxer.core import ResourceException
 
-from conftest import LIFECYCLE_VMID, NODE, TEST_VMID, create_ct, destroy, pct, wait_task
+from conftest import LIFECYCLE_VMID, NODE, NODE2, TEST_VMID, create_ct, destroy, pct, wait_task
 
 UPID_RE = re.compile(r"^UPID:pve1:[0-9A-F]{8}:[0-9A-F]{8}:[0-9A-F]{8}:[a-z]+:\d+:root@pam(!lab)?:$")
 DEV_REFUSED = "Permission check failed (configuring device passthrough is only allowed for root@pam)"
@@ -16,7 +16,9 @@ DEV_REFUSED = "Permission check failed (configuring device passthrough is only a
 
 def test_version_nodes_and_node_memory(api_token):
     assert api_token.version.get()["release"]
-    assert [n["node"] for n in api_token.nodes.get()] == [NODE]
+    nodes = api_token.nodes.get()
+    assert [n["node"] for n in nodes] == [NODE, NODE2] and {n["status"] for n in nodes} == {"online"}
+    assert nodes[0]["ssl_fingerprint"] != nodes[1]["ssl_fingerprint"]
     mem = api_token.nodes(NODE).status.get()["memory"]
     with open("/proc/meminfo") as f:
         total = int(f.readline().split()[1]) * 1024

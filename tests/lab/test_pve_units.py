@@ -4,6 +4,7 @@ Each rule names its source in docs/lab.md ("Strictness: parameters, privileges, 
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -548,3 +549,114 @@ def test_method_permissions_come_from_the_schema_and_precede_it():
     assert e.value.msg == "Permission check failed (/nodes/pve1, Sys.Audit)"
     api.prepare("GET", "/nodes/pve1/lxc", {}, "root@pam!ro", cfg)   # user => 'all'
     api.prepare("GET", "/cluster/status", {}, "root@pam", cfg)
+
+
+# ---- 7. Two nodes: members, the cluster's VMID list, quorum, proxying (docs/lab.md, "Two nodes") ---------------
+
+COROSYNC_TWO = """totem {
+  cluster_name: inferops-lab
+}
+nodelist {
+  node {
+    name: pve1
+    nodeid: 1
+    quorum_votes: 1
+    ring0_addr: 127.0.0.1
+  }
+  node {
+    name: pve2
+    nodeid: 2
+    quorum_votes: 1
+    ring0_addr: 127.0.0.2
+  }
+}
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A /etc/pve of two members in tmp_path; this process is pve1; pve2 online unless a test says otherwise."""
+    etc = tmp_path / "etc-pve"
+    for node in ("pve1", "pve2"):
+        (etc / "nodes" / node / "lxc").mkdir(parents=True)
+    (etc / "corosync.conf").write_text(COROSYNC_TWO)
+    monkeypatch.setattr(pve, "PVE_ETC", str(etc))
+    monkeypatch.setattr(pve, "COROSYNC_CONF", str(etc / "corosync.conf"))
+    monkeypatch.setattr(pve, "VMLIST", str(etc / ".vmlist"))
+    monkeypatch.setattr(pve, "NODE", "pve1")
+    monkeypatch.setattr(pve, "CONF_DIR", str(etc / "nodes" / "pve1" / "lxc"))
+    online = {"pve2": True}
+    monkeypatch.setattr(pve, "node_online", lambda n: n == pve.NODE or online.get(n, False))
+    return etc, online
+
+
+def test_cluster_members_come_from_corosync_conf(cluster):
+    assert pve.cluster_nodes() == [{"name": "pve1", "nodeid": 1, "ip": "127.0.0.1"},
+                                   {"name": "pve2", "nodeid": 2, "ip": "127.0.0.2"}]
+    st = pve.cluster_status()
+    assert st[0] == {"type": "cluster", "id": "cluster", "nodes": 2, "version": 2, "name": "inferops-lab",
+                     "quorate": 1}
+    members = [(n["name"], n["local"], n["online"], n["ip"]) for n in st[1:]]
+    assert members == [("pve1", 1, 1, "127.0.0.1"), ("pve2", 0, 1, "127.0.0.2")]
+    assert api.remote_node_ip("pve2") == "127.0.0.2"
+    with pytest.raises(PVEError) as e:
+        api.remote_node_ip("pve3")
+    assert e.value.code == 500 and e.value.msg.startswith("hostname lookup 'pve3' failed")
+
+
+def test_one_node_without_corosync_conf_is_no_cluster(cluster):
+    etc, _ = cluster
+    (etc / "corosync.conf").unlink()
+    assert pve.cluster_nodes() == [] and pve.is_quorate() and pve.node_names() == ["pve1"]
+    assert pve.cluster_status() == [{"type": "node", "id": "node/pve1", "name": "pve1", "ip": "127.0.0.1",
+                                     "local": 1, "nodeid": 0, "online": 1, "level": ""}]
+
+
+def test_the_vmid_list_spans_the_nodes_and_refuses_a_taken_vmid(cluster):
+    etc, _ = cluster
+    (etc / "nodes" / "pve1" / "lxc" / "130.conf").write_text("hostname: bystander\n")
+    (etc / "nodes" / "pve2" / "lxc" / "195.conf").write_text("hostname: CT195\n")
+    assert pve.vmlist() == {130: "pve1", 195: "pve2"}
+    pve.write_vmlist()
+    assert json.loads((etc / ".vmlist").read_text())["ids"] == {
+        "130": {"node": "pve1", "type": "lxc", "version": 1}, "195": {"node": "pve2", "type": "lxc", "version": 1}}
+    with pytest.raises(PVEError) as e:
+        pve.check_vmid_unused(195)
+    assert e.value.code == 500 and e.value.msg == "CT 195 already exists on node 'pve2'"
+    pve.check_vmid_unused(196)
+    # pve1's own listing stays its own; pve2's CT is not pve1's
+    assert pve.list_cts() == [130] and pve.list_cts("pve2") == [195]
+    with pytest.raises(PVEError) as e:
+        pve.load_config(195)
+    assert e.value.msg == "Configuration file 'nodes/pve1/lxc/195.conf' does not exist"
+
+
+def test_quorum_needs_more_than_half_of_the_members(cluster):
+    _, online = cluster
+    assert pve.is_quorate()
+    online["pve2"] = False
+    assert not pve.is_quorate()
+    with pytest.raises(PVEError) as e:
+        pve.check_cfs_quorum()
+    assert e.value.msg == "cluster not ready - no quorum?"
+    with pytest.raises(PVEError) as e:
+        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam")
+    assert e.value.msg == "cluster not ready - no quorum?"
+    assert pve.cluster_status()[0]["quorate"] == 0
+    node2 = pve.node_entry("pve2")
+    assert node2["status"] == "offline" and "mem" not in node2 and "maxmem" in node2
+
+
+def test_a_method_of_another_node_is_proxied_after_the_permission_check(cluster, monkeypatch):
+    with pytest.raises(api.ProxyTo) as e:
+        api.prepare("GET", "/nodes/pve2/lxc", {"full": "1"}, "root@pam!lab", ROOT_TOKEN)  # the schema is pve2's
+    assert e.value.node == "pve2"
+    # this node's own methods and methods without proxyto stay here
+    info, p = api.prepare("GET", "/nodes/pve1/lxc", {}, "root@pam!lab", ROOT_TOKEN)
+    assert info.key == "GET /nodes/{node}/lxc"
+    info, p = api.prepare("GET", "/cluster/resources", {}, "root@pam!lab", ROOT_TOKEN)
+    # the permission check comes first: a token without the privilege is refused here, not proxied
+    cfg = {"tokens": {"root@pam!lab": {"privsep": 1}}, "acl": [], "roles": {}}
+    with pytest.raises(PVEError) as e:
+        api.prepare("GET", "/nodes/pve2/lxc/130/config", {}, "root@pam!lab", cfg)
+    assert e.value.code == 403

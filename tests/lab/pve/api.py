@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
@@ -28,8 +29,9 @@ PKI = f"{LAB}/pki"
 SECRETS = f"{LAB}/secrets"
 AUTHKEY = f"{SECRETS}/authkey"
 TOKEN_CFG = f"{pve.PVE_ETC}/priv/token.cfg"
-PIDFILE = f"{pve.RUN}/pve-api.pid"
+PIDFILE = pve.api_pidfile(pve.NODE)  # main() sets these for --node
 LOGFILE = f"{LAB}/log/pve-api.log"
+API_PORT = 8006
 TICKET_LIFETIME = 7200  # PVE: tickets are valid for 2 hours
 
 
@@ -122,6 +124,33 @@ def check_api2_permissions(info: "apischema.Method", user: str, uri: dict, cfg: 
     pve.check_perm(user, path, check[2], cfg, any_=len(check) == 5 and check[3] == "any" and bool(check[4]))
 
 
+class ProxyTo(Exception):
+    """The method is another node's (`proxyto`): the request goes there as it came (pve-manager
+    PVE/HTTPServer.pm rest_handler, after the permission check and before the schema, which the other node
+    checks)."""
+
+    def __init__(self, node: str):
+        super().__init__(node)
+        self.node = node
+
+
+def cert_paths(node: str) -> tuple[str, str]:
+    """A node's TLS certificate and key (PVE: /etc/pve/nodes/<node>/pve-ssl.pem, signed by the cluster's CA)."""
+    if node == "pve1":
+        return f"{PKI}/pve-ssl.pem", f"{PKI}/pve-ssl.key"
+    return f"{PKI}/{node}/pve-ssl.pem", f"{PKI}/{node}/pve-ssl.key"
+
+
+def remote_node_ip(node: str) -> str:
+    """pve-cluster PVE::Cluster::remote_node_ip: the member's address from the nodelist; a name that is no
+    member falls back to a hostname lookup, which fails for the lab's names."""
+    for n in pve.cluster_nodes():
+        if n["name"] == node and n["ip"]:
+            return n["ip"]
+    raise PVEError(f"hostname lookup '{node}' failed - failed to get address info for: {node}: "
+                   "Name or service not known", 500)
+
+
 def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | None = None) -> tuple:
     """What happens to a request before its handler runs: the method lookup (501 `Method '<M> <path>' not
     implemented`), then as pve-manager PVE/HTTPServer.pm rest_handler: a body or query parameter may repeat a
@@ -142,6 +171,9 @@ def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | N
         raise PVEError("Permission check failed", 403)
     if user:
         check_api2_permissions(info, user, uri, cfg)
+    target = uri.get(info.info.get("proxyto") or "")
+    if target and target not in ("localhost", pve.NODE):
+        raise ProxyTo(target)
     try:
         apischema.validate(info, params)
     except apischema.SchemaError as e:
@@ -249,7 +281,10 @@ class Handler(BaseHTTPRequestHandler):
             rel = "/" + path[len("/api2/json/"):].strip("/")
             is_ticket = rel == "/access/ticket"
             user = None if is_ticket else self.authenticate(method)
-            info, p = prepare(method, rel, params, user)
+            try:
+                info, p = prepare(method, rel, params, user)
+            except ProxyTo as e:
+                return self.proxy(e.node, method, params)
             if is_ticket:
                 return self.login(p) if method == "POST" else self.reply(200, None)
             data = self.route(method, rel, p, user)
@@ -259,6 +294,51 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as e:  # a lab bug: 500 with the text, traceback in the log
             traceback.print_exc()
             self.reply(500, None, f"lab internal error: {e}")
+
+    def proxy(self, node: str, method: str, params: dict):
+        """pve-http-server src/PVE/APIServer/AnyEvent.pm proxy_request: to https://<node ip>:8006 with the
+        caller's ticket cookie or token header and CSRF token, `PVEDisableProxy: true` (a proxied request that
+        would be proxied again: 500 `proxy loop detected`), the parameters as a form (or JSON, as they came);
+        the other node's answer goes back as it is. The other node's certificate is checked (PVE pins its
+        fingerprint; the lab checks it against the cluster's CA). Not reachable: 595 with the reason, as
+        AnyEvent::HTTP reports a failed connection."""
+        if self.headers.get("PVEDisableProxy"):
+            raise PVEError("proxy loop detected", 500)
+        ip = remote_node_ip(node)
+        headers = {"PVEDisableProxy": "true", "PVEClientIP": self.client_address[0]}
+        for name in ("Cookie", "Authorization", "CSRFPreventionToken", "Host"):
+            if self.headers.get(name):
+                headers[name] = self.headers[name]
+        body = None
+        if method in ("POST", "PUT"):
+            if (self.headers.get("Content-Type") or "").startswith("application/json"):
+                headers["Content-Type"] = "application/json"
+                body = json.dumps(params).encode()
+            else:
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
+                body = urllib.parse.urlencode(params).encode()
+            headers["Content-Length"] = str(len(body))
+        ctx = ssl.create_default_context(cafile=f"{PKI}/ca.pem")
+        ctx.check_hostname = False  # PVE pins the node's certificate; the CA check stands in for it
+        conn = http.client.HTTPSConnection(ip, API_PORT, context=ctx, timeout=30)
+        try:
+            conn.request(method, self.path, body=body, headers=headers)
+            r = conn.getresponse()
+            raw = r.read()
+            code, reason, ctype = r.status, r.reason, r.getheader("Content-Type")
+        except OSError as e:
+            reason = getattr(e, "strerror", None) or str(e)
+            return self.reply(595, None, reason)
+        finally:
+            conn.close()
+        self.send_response(code, reason)
+        self.send_header("Content-Type", ctype or "application/json;charset=UTF-8")
+        self.send_header("Content-Length", str(len(raw)))
+        self.send_header("Cache-Control", "max-age=0")
+        self.send_header("Pragma", "no-cache")
+        self.end_headers()
+        self.wfile.write(raw)
+        return None
 
     def login(self, params: dict):
         """POST /access/ticket: a password, or as the password a valid ticket of the same user (how clients renew
@@ -288,17 +368,15 @@ class Handler(BaseHTTPRequestHandler):
         parts = rel.strip("/").split("/")
         if rel == "/version":
             return dict(pve.PVE_VERSION)
-        if rel == "/nodes":
-            st = pve.node_status()
-            return [{"node": pve.NODE, "status": "online", "type": "node", "id": f"node/{pve.NODE}",
-                     "maxmem": st["memory"]["total"], "mem": st["memory"]["used"], "maxcpu": os.cpu_count(),
-                     "cpu": st["cpu"], "uptime": st["uptime"], "level": "", "ssl_fingerprint": self.server.fingerprint}]
+        if rel == "/nodes":  # pve-manager PVE/API2/Nodes.pm index: extract_node_stats + ssl_fingerprint per member
+            return [dict(pve.node_entry(n), ssl_fingerprint=cert_fingerprint(cert_paths(n)[0]))
+                    for n in pve.node_names()]
         if rel == "/cluster/resources":
             return pve.cluster_resources(p.get("type"))
         if rel == "/cluster/status":
             return pve.cluster_status()
         if rel == "/cluster/nextid":
-            used = set(pve.list_cts())
+            used = set(pve.vmlist())
             if p.get("vmid"):
                 if int(p["vmid"]) in used:
                     raise PVEError(f"VM {p['vmid']} already exists", 400)
@@ -310,7 +388,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts[0] == "storage":
             return pve.storage_config(parts[1])
         node = parts[1]
-        if node != pve.NODE:
+        if node != pve.NODE and node not in pve.node_names():
             raise PVEError(f"hostname lookup '{node}' failed - failed to get address info for: {node}: "
                            "Name or service not known", 500)
         sub = parts[2:]
@@ -402,6 +480,7 @@ class Handler(BaseHTTPRequestHandler):
         if action == "start":
             if running:
                 raise PVEError(f"CT {vmid} already running")
+            pve.check_cfs_quorum()  # vm_start
             return pve.spawn_task("vzstart", vmid, user, "start", [vmid, skiplock])
         if not running:
             raise PVEError(f"CT {vmid} not running")
@@ -420,27 +499,41 @@ class Handler(BaseHTTPRequestHandler):
                                    "diskwrite", "template") if k in st}
 
 
+def cert_fingerprint(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            der = ssl.PEM_cert_to_DER_cert(f.read())
+    except OSError:
+        return None
+    fp = hashlib.sha256(der).hexdigest().upper()
+    return ":".join(fp[i:i + 2] for i in range(0, len(fp), 2))
+
+
 def serve(host: str, port: int) -> None:
     httpd = ThreadingHTTPServer((host, port), Handler)
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(f"{PKI}/pve-ssl.pem", f"{PKI}/pve-ssl.key")
-    with open(f"{PKI}/pve-ssl.pem") as f:
-        der = ssl.PEM_cert_to_DER_cert(f.read())
-    fp = hashlib.sha256(der).hexdigest().upper()
-    httpd.fingerprint = ":".join(fp[i:i + 2] for i in range(0, len(fp), 2))
+    ctx.load_cert_chain(*cert_paths(pve.NODE))
+    httpd.fingerprint = cert_fingerprint(cert_paths(pve.NODE)[0])
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     httpd.serve_forever()
 
 
 def main() -> int:
     import argparse
+    global PIDFILE, LOGFILE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8006)
+    ap.add_argument("--node", default="pve1", choices=sorted(pve.NODE_ADDRESSES))
+    ap.add_argument("--host", default=None, help="default: the node's address")
+    ap.add_argument("--port", type=int, default=API_PORT)
     ap.add_argument("--daemon", action="store_true")
     args = ap.parse_args()
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    pve.set_node(args.node)
+    PIDFILE = pve.api_pidfile(args.node)
+    if args.node != "pve1":
+        LOGFILE = f"{LAB}/log/pve-api-{args.node}.log"
+    args.host = args.host or pve.NODE_ADDRESSES[args.node]
     if args.daemon:
         os.makedirs(os.path.dirname(LOGFILE), exist_ok=True)
         os.makedirs(pve.RUN, exist_ok=True)

@@ -23,11 +23,21 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import apischema  # noqa: E402
 
-NODE = "pve1"
+# The lab's cluster (docs/lab.md, "Two nodes"): each node's name and its address (API on <address>:8006, sshd on
+# <address>:2222). Which of them form the cluster is what /etc/pve/corosync.conf lists (labctl up writes it; without
+# it pve1 is a node without a cluster). The process's own node: INFEROPS_LAB_NODE (api.py --node sets it; pve2's sshd
+# sets it for its sessions, so `pct` over SSH to pve2 is pve2's), else pve1.
+NODE_ADDRESSES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2"}
+CLUSTER_NAME = "inferops-lab"
+NODE = os.environ.get("INFEROPS_LAB_NODE") or "pve1"
+if NODE not in NODE_ADDRESSES:
+    raise SystemExit(f"INFEROPS_LAB_NODE={NODE!r}: the lab's nodes are {', '.join(NODE_ADDRESSES)}")
 LAB = "/var/lib/inferops-lab"
 RUN = "/run/inferops-lab"
 PVE_ETC = "/etc/pve"
 CONF_DIR = f"{PVE_ETC}/nodes/{NODE}/lxc"
+COROSYNC_CONF = f"{PVE_ETC}/corosync.conf"
+VMLIST = f"{PVE_ETC}/.vmlist"
 LXC_DIR = "/var/lib/lxc"
 VZ_DIR = "/var/lib/vz"
 TMPL_DIR = f"{VZ_DIR}/template/cache"
@@ -72,8 +82,102 @@ def perm_error(what: str) -> PVEError:
 # Config files: /etc/pve/lxc/<vmid>.conf in pct.conf(5) format
 # ---------------------------------------------------------------------------------------------
 
-def conf_path(vmid: int) -> str:
-    return f"{CONF_DIR}/{int(vmid)}.conf"
+def set_node(name: str) -> None:
+    """Makes this process node `name` (api.py --node); its task workers inherit it through the environment."""
+    global NODE, CONF_DIR
+    if name not in NODE_ADDRESSES:
+        raise ValueError(f"unknown lab node {name!r}")
+    NODE = name
+    CONF_DIR = f"{PVE_ETC}/nodes/{NODE}/lxc"
+    os.environ["INFEROPS_LAB_NODE"] = name
+
+
+def conf_dir(node: str | None = None) -> str:
+    return CONF_DIR if node is None or node == NODE else f"{PVE_ETC}/nodes/{node}/lxc"
+
+
+def conf_path(vmid: int, node: str | None = None) -> str:
+    return f"{conf_dir(node)}/{int(vmid)}.conf"
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster: members (corosync.conf), the VMID list (pmxcfs' .vmlist), quorum
+# ---------------------------------------------------------------------------------------------
+
+def cluster_nodes() -> list[dict]:
+    """The nodelist of /etc/pve/corosync.conf (`node { name: ..  nodeid: ..  ring0_addr: .. }`), as pmxcfs reads
+    it; [] without the file (a node without a cluster)."""
+    try:
+        with open(COROSYNC_CONF) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    nodes = []
+    for block in re.findall(r"\bnode\s*\{([^}]*)\}", text):
+        kv = dict(re.findall(r"^\s*([a-z0-9_]+):\s*(\S+)\s*$", block, re.M))
+        if kv.get("name") in NODE_ADDRESSES:
+            nodes.append({"name": kv["name"], "nodeid": int(kv.get("nodeid", 0)), "ip": kv.get("ring0_addr", "")})
+    return sorted(nodes, key=lambda n: n["nodeid"])
+
+
+def api_pidfile(node: str) -> str:
+    return f"{RUN}/pve-api.pid" if node == "pve1" else f"{RUN}/pve-api-{node}.pid"
+
+
+def node_online(node: str) -> bool:
+    """A lab node is online while its API daemon runs (the lab's stand-in for corosync membership)."""
+    if node == NODE:
+        return True
+    try:
+        with open(api_pidfile(node)) as f:
+            os.kill(int(f.read().split()[0]), 0)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def is_quorate() -> bool:
+    """votequorum with one vote per node: quorate while more than half of the nodes are members."""
+    nodes = cluster_nodes()
+    if not nodes:
+        return True
+    return 2 * sum(1 for n in nodes if node_online(n["name"])) > len(nodes)
+
+
+def check_cfs_quorum() -> None:
+    # pve-cluster src/PVE/Cluster.pm check_cfs_quorum
+    if not is_quorate():
+        raise PVEError("cluster not ready - no quorum?")
+
+
+def vmlist() -> dict[int, str]:
+    """The cluster's VMID list, {vmid: node}, from every node's config directory, as pmxcfs builds .vmlist."""
+    res = {}
+    nodes_dir = f"{PVE_ETC}/nodes"
+    for node in sorted(os.listdir(nodes_dir)) if os.path.isdir(nodes_dir) else []:
+        d = f"{nodes_dir}/{node}/lxc"
+        for n in os.listdir(d) if os.path.isdir(d) else []:
+            if re.fullmatch(r"\d+\.conf", n):
+                res.setdefault(int(n[:-5]), node)
+    return res
+
+
+def write_vmlist() -> None:
+    """/etc/pve/.vmlist in pmxcfs' format (pve-cluster src/pmxcfs/status.c cfs_create_vmlist_msg)."""
+    ids = {str(v): {"node": n, "type": "lxc", "version": 1} for v, n in sorted(vmlist().items())}
+    text = json.dumps({"version": len(ids), "ids": ids}, indent=0) + "\n"
+    with contextlib.suppress(OSError):
+        tmp = f"{VMLIST}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, VMLIST)
+
+
+def check_vmid_unused(vmid: int) -> None:
+    # pve-cluster src/PVE/Cluster.pm check_vmid_unused
+    node = vmlist().get(int(vmid))
+    if node is not None:
+        raise PVEError(f"CT {int(vmid)} already exists on node '{node}'")
 
 
 def parse_conf(raw: str) -> dict:
@@ -129,12 +233,12 @@ def ct_exists(vmid: int) -> bool:
     return os.path.exists(conf_path(vmid))
 
 
-def load_config(vmid: int) -> dict:
+def load_config(vmid: int, node: str | None = None) -> dict:
     try:
-        with open(conf_path(vmid)) as f:
+        with open(conf_path(vmid, node)) as f:
             raw = f.read()
     except FileNotFoundError:
-        raise PVEError(f"Configuration file 'nodes/{NODE}/lxc/{int(vmid)}.conf' does not exist") from None
+        raise PVEError(f"Configuration file 'nodes/{node or NODE}/lxc/{int(vmid)}.conf' does not exist") from None
     conf = parse_conf(raw)
     conf["digest"] = digest_of(raw)
     return conf
@@ -147,6 +251,7 @@ def write_config(vmid: int, conf: dict) -> None:
     with open(tmp, "w") as f:
         f.write(format_conf(conf))
     os.replace(tmp, path)
+    write_vmlist()
 
 
 @contextlib.contextmanager
@@ -631,6 +736,8 @@ def list_tasks(p: dict | None = None) -> list:
                 info = parse_upid(upid)
             except PVEError:
                 continue
+            if info["node"] != NODE:  # another node's task (each node lists its own, /var/log/pve/tasks)
+                continue
             exit_text = _task_exitstatus(upid)
             running = exit_text is None and proc_starttime(info["pid"]) == info["pstart"]
             if running:
@@ -741,8 +848,8 @@ def _read_int(path: str, default: int = 0) -> int:
         return default
 
 
-def vm_status(vmid: int) -> dict:
-    conf = load_config(vmid)
+def vm_status(vmid: int, node: str | None = None) -> dict:
+    conf = load_config(vmid, node)
     state, pid = lxc_info(vmid)
     mem = int(conf.get("memory", 512)) * MIB
     swap = int(conf.get("swap", 512)) * MIB
@@ -777,10 +884,11 @@ def vm_status(vmid: int) -> dict:
     return res
 
 
-def list_cts() -> list[int]:
-    if not os.path.isdir(CONF_DIR):
+def list_cts(node: str | None = None) -> list[int]:
+    d = conf_dir(node)
+    if not os.path.isdir(d):
         return []
-    return sorted(int(n[:-5]) for n in os.listdir(CONF_DIR) if re.fullmatch(r"\d+\.conf", n))
+    return sorted(int(n[:-5]) for n in os.listdir(d) if re.fullmatch(r"\d+\.conf", n))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1021,6 +1129,7 @@ def do_create(task: Task, vmid: int, params: dict, tmpl: str) -> None:
         # PVE removes the config of a failed create
         with contextlib.suppress(OSError):
             os.unlink(conf_path(vmid))
+        write_vmlist()
         shutil.rmtree(f"{LXC_DIR}/{vmid}", ignore_errors=True)
         raise
     if params.get("start") in ("1", 1, True, "true"):
@@ -1153,6 +1262,7 @@ def do_destroy(task: Task, vmid: int, purge: bool, force: bool) -> None:
         subprocess.run(["lxc-destroy", "-n", str(vmid)], capture_output=True)
         shutil.rmtree(f"{LXC_DIR}/{vmid}", ignore_errors=True)
         os.unlink(conf_path(vmid))
+        write_vmlist()
 
 
 TASK_FUNCS = {"create": do_create, "start": do_start, "stop": do_stop, "shutdown": do_shutdown,
@@ -1170,6 +1280,7 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
         assert 100 <= vmid <= 999999999
     except (TypeError, ValueError, AssertionError):
         raise param_error({"vmid": "invalid format - value does not look like a valid VM ID"}) from None
+    check_cfs_quorum()  # create_vm's first step
     params = dict(params)
     tmpl_volid = params.pop("ostemplate", None)
     if not tmpl_volid:
@@ -1181,6 +1292,7 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     leftover = sorted(k for k in params if k not in extra and option_checker(k) is None)
     if leftover:
         raise PVEError(f"lab: parameter '{leftover[0]}' is not simulated by the lab", 501)
+    check_vmid_unused(vmid)  # create_vm (not a restore): the cluster's VMID list, any node
     check_vm_perm(user, vmid, ["VM.Allocate"])  # create_vm: VM.Allocate on /vms/{vmid}
     check_modify_perm(user, vmid, None, opts, [], opts.get("unprivileged", "0"))
     tmpl = template_path(tmpl_volid)
@@ -1211,8 +1323,9 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     opts.setdefault("ostype", "debian")
     opts["rootfs"] = rootfs_volume(vmid, opts["rootfs"])
     with config_lock(vmid):
-        if ct_exists(vmid):
-            raise PVEError(f"unable to create CT {vmid} - CT {vmid} already exists on node '{NODE}'")
+        if ct_exists(vmid) or vmlist().get(vmid, NODE) != NODE:
+            raise PVEError(f"unable to create CT {vmid} - CT {vmid} already exists on node "
+                           f"'{vmlist().get(vmid, NODE)}'")
         conf = dict(opts)
         conf["lock"] = "create"
         conf["lxc"] = []
@@ -1505,20 +1618,57 @@ def node_network(type_filter: str | None) -> list:
 
 
 def cluster_status() -> list:
-    """GET /cluster/status of a node without a cluster (pve-manager PVE/API2/Cluster.pm get_status: the
-    "fake entry for local node if no cluster defined")."""
-    return [{"type": "node", "id": f"node/{NODE}", "name": NODE, "ip": BRIDGE_ADDR.split("/")[0], "local": 1,
-             "nodeid": 0, "online": 1, "level": ""}]
+    """GET /cluster/status (pve-manager PVE/API2/Cluster.pm get_status): with a cluster, its entry (`nodes`,
+    `version`, `name`, `quorate`) and one per member (`nodeid`, `local`, `online`, `ip`, `level` when online);
+    without one, the "fake entry for local node if no cluster defined"."""
+    nodes = cluster_nodes()
+    if not nodes:
+        return [{"type": "node", "id": f"node/{NODE}", "name": NODE, "ip": NODE_ADDRESSES[NODE], "local": 1,
+                 "nodeid": 0, "online": 1, "level": ""}]
+    res = [{"type": "cluster", "id": "cluster", "nodes": len(nodes), "version": len(nodes), "name": CLUSTER_NAME,
+            "quorate": 1 if is_quorate() else 0}]
+    for n in nodes:
+        online = node_online(n["name"])
+        entry = {"type": "node", "id": f"node/{n['name']}", "name": n["name"], "nodeid": n["nodeid"],
+                 "local": 1 if n["name"] == NODE else 0, "online": 1 if online else 0, "ip": n["ip"]}
+        if online:
+            entry["level"] = ""
+        res.append(entry)
+    return res
+
+
+def node_names() -> list[str]:
+    """The cluster's nodes, or this node without a cluster."""
+    return [n["name"] for n in cluster_nodes()] or [NODE]
+
+
+def node_entry(node: str) -> dict:
+    """pve-manager PVE/API2Tools.pm extract_node_stats: the stats of an online node, `status offline` and only
+    the maxima for a member that is not online. All lab nodes share this machine's memory, CPUs and disk."""
+    ns = node_status()
+    entry = {"id": f"node/{node}", "node": node, "type": "node", "status": "online", "level": "",
+             "maxcpu": ns["cpuinfo"]["cpus"], "maxmem": ns["memory"]["total"], "maxdisk": ns["rootfs"]["total"]}
+    if node_online(node):
+        entry.update(uptime=ns["uptime"], cpu=ns["cpu"], mem=ns["memory"]["used"], disk=ns["rootfs"]["used"])
+    else:
+        entry["status"] = "offline"
+    return entry
 
 
 def cluster_resources(type_filter: str | None) -> list:
     """GET /cluster/resources (pve-manager PVE/API2/Cluster.pm resources; PVE/API2Tools.pm extract_vm_stats,
-    extract_node_stats, extract_storage_stats): guests, then nodes, then storages per node."""
+    extract_node_stats, extract_storage_stats): the guests of every node (the cluster's VMID list), then the
+    nodes, then each node's storages."""
     res = []
     if type_filter in (None, "", "vm"):
-        for vmid in list_cts():
-            st = vm_status(vmid)
-            entry = {"id": f"lxc/{vmid}", "vmid": vmid, "node": NODE, "type": "lxc", "status": st["status"],
+        for vmid, node in sorted(vmlist().items()):
+            if node not in node_names():
+                continue
+            try:
+                st = vm_status(vmid, node)
+            except PVEError:  # removed meanwhile
+                continue
+            entry = {"id": f"lxc/{vmid}", "vmid": vmid, "node": node, "type": "lxc", "status": st["status"],
                      "uptime": st["uptime"], "name": st["name"], "template": st.get("template", 0),
                      "maxcpu": st["cpus"], "cpu": st["cpu"], "maxmem": st["maxmem"], "mem": st["mem"],
                      "maxdisk": st["maxdisk"], "disk": st["disk"], "netin": st["netin"], "netout": st["netout"],
@@ -1529,17 +1679,23 @@ def cluster_resources(type_filter: str | None) -> list:
                 entry["lock"] = st["lock"]
             res.append(entry)
     if type_filter in (None, "", "node"):
-        ns = node_status()
-        res.append({"id": f"node/{NODE}", "node": NODE, "type": "node", "status": "online", "level": "",
-                    "uptime": ns["uptime"], "cpu": ns["cpu"], "maxcpu": ns["cpuinfo"]["cpus"],
-                    "mem": ns["memory"]["used"], "maxmem": ns["memory"]["total"],
-                    "disk": ns["rootfs"]["used"], "maxdisk": ns["rootfs"]["total"], "cgroup-mode": 1})
+        for node in node_names():
+            entry = node_entry(node)
+            if entry["status"] == "online":
+                entry["cgroup-mode"] = 1
+            res.append(entry)
     if type_filter in (None, "", "storage"):
-        for sid, v in sorted(STORAGES.items()):
-            u = _storage_usage(sid)
-            res.append({"id": f"storage/{NODE}/{sid}", "storage": sid, "node": NODE, "type": "storage",
-                        "plugintype": v["type"], "status": "available", "shared": 0, "content": v["content"],
-                        "maxdisk": u["total"], "disk": u["used"]})
+        for node in node_names():
+            for sid, v in sorted(STORAGES.items()):
+                u = _storage_usage(sid)
+                entry = {"id": f"storage/{node}/{sid}", "storage": sid, "node": node, "type": "storage",
+                         "plugintype": v["type"], "status": "available", "shared": 0, "content": v["content"],
+                         "maxdisk": u["total"], "disk": u["used"]}
+                if not node_online(node):
+                    entry = {k: entry[k] for k in ("id", "storage", "node", "type", "plugintype", "shared",
+                                                   "content")}
+                    entry["status"] = "unknown"
+                res.append(entry)
     return res
 
 
