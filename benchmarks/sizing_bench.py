@@ -571,7 +571,8 @@ def main() -> int:
         doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "machine": "%s, %d CPUs, %.0f GiB" % (os.uname().nodename, os.cpu_count() or 0,
                                                    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB),
-               "repeat": args.repeat, "grid": args.only and "only" or args.grid, "seconds": round(time.monotonic() - t0, 1), "summary": summary, "results": results}
+               "repeat": args.repeat, "grid": "only" if args.only else args.grid,
+               "seconds": round(time.monotonic() - t0, 1), "summary": summary, "results": results}
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
