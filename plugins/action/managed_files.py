@@ -9,7 +9,10 @@ command reads the target's state of every file, one transfer per file that diffe
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import tempfile
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
@@ -46,8 +49,20 @@ class ActionModule(ActionBase):
         def find(src):
             return self._find_needle("files", src)
 
+        staging = None
         try:
             files = list(args.get("files") or [])
+            # Content given inline (rendered on the controller) is staged in a private temporary file.
+            for i, entry in enumerate(files):
+                if isinstance(entry, dict) and "content" in entry:
+                    if "src" in entry:
+                        raise mf.ManagedFilesError("files[%d] has both src and content" % i)
+                    staging = staging or tempfile.mkdtemp(prefix="inferops-managed-")
+                    path = os.path.join(staging, "content-%d" % i)
+                    with open(path, "w", encoding="utf-8") as handle:
+                        handle.write(str(entry["content"]))
+                    files[i] = dict((k, v) for k, v in entry.items() if k != "content")
+                    files[i].update(src=path, label="content")
             if args.get("srcs"):
                 if not args.get("dest_dir"):
                     raise mf.ManagedFilesError("srcs needs dest_dir (the directory on the target they are copied into)")
@@ -73,4 +88,7 @@ class ActionModule(ActionBase):
             self._remote(python, mf.install_request(changes, owner, group, args.get("directory_mode", "0755")))
         except (mf.ManagedFilesError, AnsibleError, OSError) as exc:
             return dict(result, failed=True, msg=to_text(exc))
+        finally:
+            if staging:
+                shutil.rmtree(staging, ignore_errors=True)
         return result

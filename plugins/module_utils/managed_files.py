@@ -78,8 +78,15 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
         src = find(str(entry["src"]))
         if not os.path.isfile(src):
             raise ManagedFilesError("files[%d].src %s is not a regular file on the controller" % (i, src))
-        rows.append({"src": src, "dest": _abs_dest(entry["dest"], "files[%d].dest" % i),
-                     "mode": parse_mode(entry["mode"], "files[%d].mode" % i) if "mode" in entry else default_mode})
+        row = {"src": src, "dest": _abs_dest(entry["dest"], "files[%d].dest" % i),
+               "mode": parse_mode(entry["mode"], "files[%d].mode" % i) if "mode" in entry else default_mode,
+               "label": str(entry.get("label") or src)}
+        for key in ("owner", "group"):
+            if entry.get(key) is not None:
+                if not isinstance(entry[key], str) or not entry[key] or any(c in entry[key] for c in ":/ \n"):
+                    raise ManagedFilesError("files[%d].%s must be a user or group name, got %r" % (i, key, entry[key]))
+                row[key] = entry[key]
+        rows.append(row)
     for i, entry in enumerate(trees or []):
         if not isinstance(entry, Mapping) or "src" not in entry or "dest" not in entry:
             raise ManagedFilesError("trees[%d] must be a mapping with src and dest, got %r" % (i, entry))
@@ -94,7 +101,7 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
                 if not os.path.isfile(path):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
-                rows.append({"src": path, "dest": posixpath.join(dest_top, rel), "mode": default_mode})
+                rows.append({"src": path, "dest": posixpath.join(dest_top, rel), "mode": default_mode, "label": path})
     seen: dict[str, str] = {}
     for row in rows:
         if row["dest"] in seen and seen[row["dest"]] != row["src"]:
@@ -115,14 +122,16 @@ def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: st
     """What must change, from the controller's rows and the target's answer to ``read`` ({dest: {exists, is_file,
     sha256, mode, owner, group}}): copy (content differs or missing), fix (mode/owner only), same."""
     out: dict[str, list] = {"copy": [], "fix": [], "same": []}
+    default_owner, default_group = owner, group
     for row in rows:
+        owner, group = row.get("owner") or default_owner, row.get("group") or default_group
         seen = remote.get(row["dest"])
         if not isinstance(seen, Mapping):
             raise ManagedFilesError("the target did not report %s" % row["dest"])
         if seen.get("exists") and not seen.get("is_file"):
             raise ManagedFilesError("%s exists on the target and is not a regular file" % row["dest"])
         want = {"dest": row["dest"], "src": row["src"], "mode": row["mode"], "sha256": row["sha256"], "size": row["size"],
-                "owner": owner, "group": group,
+                "owner": owner, "group": group, "label": row.get("label", row["src"]),
                 "before": {k: seen.get(k) for k in ("exists", "sha256", "mode", "owner", "group")}}
         if not seen.get("exists") or seen.get("sha256") != row["sha256"]:
             out["copy"].append(want)
@@ -136,9 +145,10 @@ def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: st
 def install_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str) -> dict[str, Any]:
     """The ``install`` op: each copied file was put at dest + TMP_SUFFIX; set owner and mode, rename into place;
     fix the attributes of the others. Missing parent directories are made with directory_mode, owner, group."""
-    items = [{"dest": c["dest"], "tmp": c["dest"] + TMP_SUFFIX, "mode": c["mode"], "sha256": c["sha256"]}
-             for c in changes["copy"]]
-    items += [{"dest": c["dest"], "tmp": None, "mode": c["mode"], "sha256": c["sha256"]} for c in changes["fix"]]
+    items = [{"dest": c["dest"], "tmp": c["dest"] + TMP_SUFFIX, "mode": c["mode"], "sha256": c["sha256"],
+              "owner": c["owner"], "group": c["group"]} for c in changes["copy"]]
+    items += [{"dest": c["dest"], "tmp": None, "mode": c["mode"], "sha256": c["sha256"], "owner": c["owner"],
+               "group": c["group"]} for c in changes["fix"]]
     return {"op": "install", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
             "items": items}
 
@@ -159,7 +169,7 @@ def diff_of(changes: Mapping[str, list]) -> list[dict[str, str]]:
     out = []
     for kind in ("copy", "fix"):
         for c in changes[kind]:
-            out.append({"before_header": c["dest"], "after_header": "%s (%s)" % (c["dest"], c["src"]),
+            out.append({"before_header": c["dest"], "after_header": "%s (%s)" % (c["dest"], c["label"]),
                         "before": describe(c["before"]),
                         "after": describe({"exists": True, "sha256": c["sha256"], "mode": c["mode"],
                                            "owner": c["owner"], "group": c["group"]})})
@@ -215,9 +225,9 @@ elif req["op"] == "mkdirs":
             made.append(d)
     print(json.dumps({"made": made}))
 elif req["op"] == "install":
-    uid, gid = ids(req)
     done = []
     for it in req["items"]:
+        uid, gid = ids(it)
         path = it["tmp"] or it["dest"]
         if it["tmp"]:
             got = info(path).get("sha256")

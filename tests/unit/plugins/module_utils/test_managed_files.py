@@ -135,3 +135,13 @@ def test_bad_arguments_are_refused_before_any_change(src, files, trees, msg):
 def test_a_dest_ending_in_a_slash_is_a_directory(src):
     rows = mf.expand([{"src": "launch.py", "dest": "/opt/wheels/"}], [], lambda s: str(src / s), "0644", "0755")
     assert rows[0]["dest"] == "/opt/wheels/launch.py" and rows[0]["mode"] == 0o644
+
+
+def test_a_file_may_have_its_own_owner_group_and_mode(src, tmp_path):
+    dest = tmp_path / "dest"
+    rows = mf.expand([{"src": "launch.py", "dest": str(dest / "key"), "mode": "0640", "group": MYGROUP, "owner": ME}],
+                     [], lambda s: str(src / s), "0644", "0755")
+    changes = sync(rows)
+    assert changes["copy"][0]["group"] == MYGROUP and stat.S_IMODE(os.stat(dest / "key").st_mode) == 0o640
+    with pytest.raises(mf.ManagedFilesError, match="user or group name"):
+        mf.expand([{"src": "launch.py", "dest": "/k", "group": "a:b"}], [], lambda s: str(src / s), "0644", "0755")
