@@ -24,7 +24,8 @@ ARGS = ("files", "srcs", "dest_dir", "trees", "owner", "group", "mode", "directo
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    # Files go straight to a temporary name beside their destination: no remote tmp directory (one command less).
+    TRANSFERS_FILES = False
 
     def _remote(self, python, request):
         cmd = " ".join([shlex.quote(python), "-c", shlex.quote(mf.REMOTE_SCRIPT), shlex.quote(json.dumps(request))])
