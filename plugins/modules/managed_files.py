@@ -25,9 +25,9 @@ options:
   files:
     description: Files to manage. C(src) is looked up as the copy module does (a role's C(files/), or a path on the
       controller), or C(content) a string rendered on the controller (staged in a private temporary file, never
-      returned); C(dest) is the full path on the target (ending in C(/): a directory, the file keeps its name);
+      returned); C(dest) is the full path on the target (ending in C(/) it is a directory, where the file keeps its name);
       C(mode), C(owner) and C(group) override O(mode), O(owner) and O(group) for that file. Set C(no_log) on a task
-      whose contents are secret: the result names paths and digests only.
+      whose contents are secret (the result names paths and digests only).
     type: list
     elements: dict
     default: []
