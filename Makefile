@@ -35,7 +35,7 @@ help:
 	@echo "make property the sizing model's property test against its oracle, 100,000+ layouts"
 	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
-	@echo "make bench    run the benchmarks"
+	@echo "make bench    run the benchmarks (under 15 min; BENCH_FULL=1 for the full grid, about 36 min)"
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install one (ansible-core 2.21 needs it) or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -180,10 +180,17 @@ $(BIN)/.stamp-bench: requirements-bench.txt | $(BIN)/.stamp
 	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch "$@"
 
+# By default under 15 minutes on the lab's machine kind (1 full deploy + 3 re-runs, 4 sizing configurations, each
+# fault once); BENCH_FULL=1 runs the whole grid (2 full deploys x 2 re-runs, 22 configurations, each fault twice:
+# about 36 minutes).
+BENCH_FULL ?=
+BENCH_DEPLOY_ARGS  := $(if $(BENCH_FULL),--full 2 --reruns 2,)
+BENCH_SIZING_ARGS  := $(if $(BENCH_FULL),--grid full,--grid quick)
+BENCH_RECOVER_ARGS := $(if $(BENCH_FULL),--repeat 2,)
 bench: lab $(BIN)/.stamp-bench
-	"$(BIN)/python" benchmarks/deploy_bench.py
-	"$(BIN)/python" benchmarks/sizing_bench.py
-	"$(BIN)/python" benchmarks/recover_bench.py
+	"$(BIN)/python" benchmarks/deploy_bench.py $(BENCH_DEPLOY_ARGS)
+	"$(BIN)/python" benchmarks/sizing_bench.py $(BENCH_SIZING_ARGS)
+	"$(BIN)/python" benchmarks/recover_bench.py $(BENCH_RECOVER_ARGS)
 	"$(BIN)/python" benchmarks/plot.py
 
 clean:

@@ -74,8 +74,9 @@ def spread(values: list) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", default="inventories/lab/hosts.yml")
-    parser.add_argument("--full", type=int, default=2, help="full deploys into a fresh container")
-    parser.add_argument("--reruns", type=int, default=2, help="no-change re-runs after each full deploy")
+    parser.add_argument("--full", type=int, default=1, help="full deploys into a fresh container (BENCH_FULL=1: 2)")
+    parser.add_argument("--reruns", type=int, default=3, help="no-change re-runs after each full deploy (the ratio is "
+                        "the median of at least 3)")
     args = parser.parse_args()
     full, reruns, rerun_recaps = [], [], []
     deploy_recap = {}

@@ -131,7 +131,7 @@ def aggregate(name: str, runs: list) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of %s" % ", ".join(FAULTS))
-    ap.add_argument("--repeat", type=int, default=2, help="runs per fault (median and spread)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per fault (median and spread; BENCH_FULL=1: 2)")
     args = ap.parse_args()
     results = []
     print("%-16s %-9s %-10s %7s %6s %8s %6s %8s %9s" % ("fault", "verdict", "rungs", "verdict", "spread", "in rung",

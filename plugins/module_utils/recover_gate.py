@@ -67,7 +67,9 @@ def action_budget_s(rung: int, settings: Mapping[str, Any]) -> int:
         RUNG_KILL_HOLDERS: disable + s.get("term_grace", 10) + s.get("kill_wait", 60) + 30,
         RUNG_UNBLOCK_STUCK: s.get("stuck_timeout", 60) + s.get("kill_wait", 60) + 30,
         RUNG_STOP_CONTAINER: disable + s.get("container_shutdown_timeout", 60) + 35 + s.get("container_stop_timeout", 90) + 40,
-        RUNG_RESET_GPUS: s.get("reset_timeout", 180) + 120,
+        # Ending the container's GPU processes first (as rungs 1 and 2), then the reset.
+        RUNG_RESET_GPUS: s.get("service_stop_timeout", 90) + 10 + s.get("term_grace", 10) + s.get("kill_wait", 60)
+        + s.get("reset_timeout", 180) + 120,
     }
     if rung not in budgets:
         raise ValueError("rung %r has no action (acting rungs: %s)" % (rung, list(ACTING_RUNGS)))
@@ -285,10 +287,12 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
 
     running = diag.get("container_status") == "running"
     if diag.get("recovery_reset") and not stuck:
-        # NVIDIA: terminate all GPU processes, reset the GPU with nvidia-smi -r. Stopping the container ends every
-        # client of its GPUs at once (rung 4); the reset follows (rung 5).
+        # NVIDIA ("Error Recovery and Response Flags"): "Terminate all GPU processes, reset the GPU using
+        # nvidia-smi -r". Rung 5 does both: it ends the container's GPU processes (the service stopped as at rung 1,
+        # the rest as at rung 2) and resets; no rung below it can clear the flag, and stopping the container
+        # (rung 4) ends more than the GPU processes the driver names.
         if running:
-            return pick(RUNG_STOP_CONTAINER, "the driver asks for a GPU reset: stop the container so no client is left")
+            return pick(RUNG_RESET_GPUS, "the driver asks for a GPU reset: end the container's GPU processes, reset the GPUs")
         return pick(RUNG_RESET_GPUS, "the driver asks for a GPU reset and the container is stopped: reset the GPUs")
     if classes & {"stuck_fuse", "stuck_nfs"}:
         return pick(RUNG_UNBLOCK_STUCK, "process(es) in D state on FUSE/NFS: abort the connection")
@@ -314,7 +318,8 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     """Whether the verification after ``after_rung`` may stop polling, and why (the rest is the next rung's job).
 
     Stops when the gate passes (recommended rung 0: clean, or only the baseline is missing), on a reboot signal,
-    when the driver asks for a GPU reset that no waiting brings (before rung 5), when processes are still stuck
+    when the driver asks for a GPU reset that no waiting brings (before rung 5), after rung 1 when its stop ran out
+    of its timeout and holders are still alive (``stop_timed_out``: they had SIGTERM for that long), when processes are still stuck
     past ``stuck_grace_s``, or when, with none stuck, GPU memory is held with no process, holders remain or the
     container is down past ``release_grace_s`` (slow teardown: Lightning-AI/pytorch-lightning#15008; Slurm's
     UnkillableStepTimeout, slurm.conf(5)). ``elapsed_s`` counts from
@@ -328,6 +333,14 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     if findings.get("recovery_reset") and after_rung < RUNG_RESET_GPUS:
         return True, "the driver asks for a GPU reset: waiting does not clear it"
     stuck = int(findings.get("stuck") or 0)
+    if (after_rung == RUNG_STOP_SERVICE and findings.get("stop_timed_out") and not stuck
+            and int(findings.get("holders") or 0) > 0):
+        # Rung 1's `systemctl stop` ran out of its whole stop timeout with the holders still there: systemd sent
+        # them SIGTERM when the stop began (systemd.kill(5): KillMode=control-group, KillSignal=SIGTERM), so they
+        # already had that long to end. Alive and holding the GPUs is no teardown in progress (a task in teardown
+        # is exiting, proc(5)); the release grace would only add the same wait again (issue 27, sigterm-ignored).
+        return True, "the service's stop ran out of its timeout and %d holder(s) are still alive after SIGTERM: " \
+                     "waiting longer does not end them" % int(findings.get("holders") or 0)
     if stuck and elapsed_s >= stuck_grace_s:
         return True, "%d process(es) still stuck after %.0f s (grace %.0f s)" % (stuck, elapsed_s, stuck_grace_s)
     if not stuck and elapsed_s >= release_grace_s and (
@@ -423,7 +436,7 @@ def _reboot_signals(last: Mapping[str, Any], recovery: Mapping[int, str], kernel
 def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, Any]], tolerances: Mapping[str, Any],
           *, baseline_path: str, container_status: Optional[str], service_state: Optional[str],
           kernel: Optional[Mapping[str, Any]] = None, after_rung: int = RUNG_CLEAN, elapsed_s: Optional[float] = None,
-          stuck_grace_s: float = 30, release_grace_s: float = 60) -> Judgement:
+          stuck_grace_s: float = 30, release_grace_s: float = 60, stop_timed_out: bool = False) -> Judgement:
     """The verdict, its reasons, the rung to take next and whether polling may stop, from one diagnosis's readings.
 
     samples: gpu_diagnose's samples, oldest first (evaluate_sample's keys, plus ct_processes with pid and
@@ -434,6 +447,7 @@ def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, 
     ActiveState (None: not read). kernel: None when the kernel log was not read, else {"records": recover_kernel
     records, "since": the run's cursor, "error": why it could not be read, or None}. after_rung: the last rung
     tried; elapsed_s: seconds since it started (None: not a verification, it settles only when clean).
+    stop_timed_out: that rung was rung 1 and its `systemctl stop` ran out of the stop timeout (recover_ladder).
     """
     evaluations = [evaluate_sample(s, baseline, tolerances) for s in samples]
     last, last_eval = samples[-1], evaluations[-1]
@@ -473,7 +487,7 @@ def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, 
         "stuck": len(stuck), "gpu_excess_without_process": excess_no_proc, "host_memory_only": host_only,
         "reboot_signals": signals, "recovery_reset": diag["recovery_reset"],
         "baseline_missing": missing_baseline is not None, "new_xids": [x["xid"] for x in kern["new_xids"]],
-        "only_unreadable": only_unreadable,
+        "only_unreadable": only_unreadable, "stop_timed_out": bool(stop_timed_out),
     }
     if elapsed_s is not None:
         done, done_why = settled(rung, findings, elapsed_s, after_rung, stuck_grace_s, release_grace_s)

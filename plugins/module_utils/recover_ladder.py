@@ -238,7 +238,10 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
             raise LadderError("no rung to act on (next is %r)" % (rung,))
         action = _strip(result)
         new["pending"] = {"rung": rung, "name": None, "t0": _num(t0, "t0"), "t1": _num(t1, "t1"), "action": action,
-                          "node_t0": action.get("started_at", _node_time(state)), "budget": state["budgets"][str(rung)]}
+                          "node_t0": action.get("started_at", _node_time(state)), "budget": state["budgets"][str(rung)],
+                          # rung 1's stop ran out of its timeout (pct_command's timed_out): recover_gate.settled
+                          "stop_timed_out": rung == gate.RUNG_STOP_SERVICE and any(
+                              bool(c.get("timed_out")) for c in action.get("commands") or [])}
         if action.get("container_was_running"):
             new["ct_stopped_by_us"] = True
         new["daemons_down"] = sorted({d.get("name") for d in action.get("daemons") or []

@@ -147,6 +147,12 @@ options:
     description: Seconds GPU memory may stay held (with no process, holders, or the container down) after the rung started.
     type: float
     default: 60
+  stop_timed_out:
+    description:
+      - The rung verified is rung 1 and its C(systemctl stop) ran out of the stop timeout. With holders still alive,
+        the verification settles at once instead of waiting O(release_grace) (they had SIGTERM for the whole timeout).
+    type: bool
+    default: false
   ignore_baseline:
     description:
       - Judge without the baseline on disk (even a stale one), as recover_record_baseline does before it records a
@@ -489,7 +495,8 @@ def diagnose(module):
                         container_status=container["status"], service_state=service.get("active_state"),
                         kernel=kernel, after_rung=p["after_rung"],
                         elapsed_s=None if p["rung_started_at"] is None else time.time() - p["rung_started_at"],
-                        stuck_grace_s=p["stuck_grace"], release_grace_s=p["release_grace"])
+                        stuck_grace_s=p["stuck_grace"], release_grace_s=p["release_grace"],
+                        stop_timed_out=p["stop_timed_out"])
 
     for note in judged.notes:
         if note not in notes:
@@ -567,6 +574,7 @@ def main():
             rung_started_at=dict(type="float"),
             stuck_grace=dict(type="float", default=30),
             release_grace=dict(type="float", default=60),
+            stop_timed_out=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -32,7 +32,10 @@ description:
   - O(action=stop_container) (rung 4), when the container runs, disables O(service) (so the container comes back
     without it), runs C(pct shutdown --timeout O(container_shutdown_timeout) --forceStop 1), and C(pct stop)
     (bounded by O(container_stop_timeout)) if it still runs.
-  - O(action=reset_gpus) (rung 5) resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
+  - O(action=reset_gpus) (rung 5) first ends the container's GPU processes when the container runs (NVIDIA,
+    "Error Recovery and Response Flags" - terminate all GPU processes, then C(nvidia-smi -r)), C(systemctl disable --now)
+    O(service) as rung 1, then SIGTERM, O(term_grace), SIGKILL to its remaining holders as rung 2; the container keeps
+    running. Then it resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
     no process at all holds it (its NVLink peers from C(nvidia-smi topo -m) are added and must be free too);
     persistence mode is switched off first and restored afterwards. A GPU with a client is refused and reported.
   - With O(stop_host_daemons), a host C(nvidia-persistenced) that holds the GPUs' device files (it blocks any reset)
@@ -588,9 +591,28 @@ def rung_kill_holders(module, vmid, smi, result):
     result["planned"]["disable_service_first"] = module.params["service"]
 
 
+def end_gpu_processes(module, vmid, smi, result):
+    """Before a reset: end the container's GPU processes, as NVIDIA's recovery flag says ("Terminate all GPU
+    processes, reset the GPU using nvidia-smi -r", Error Recovery and Response Flags): stop and disable the service
+    when the container runs (so nothing respawns), then SIGTERM/SIGKILL what still holds its GPUs, scoped as rung 2.
+    The container keeps running; a holder outside it stays a client that refuses the reset."""
+    p = module.params
+    running = container_running(module, vmid, result)
+    done = {"container_running": running, "service_stopped": None, "kill_holders": None}
+    if running and p["service"]:
+        stop_service(module, vmid, result)
+        done["service_stopped"] = p["service"]
+    if running:
+        kill_holders(module, vmid, smi, result, p["term_grace"], p["wait"])
+        done["kill_holders"] = result.get("planned")
+    return done
+
+
 def rung_reset_gpus(module, vmid, smi, result):
+    ended = end_gpu_processes(module, vmid, smi, result)
     try:
         reset_gpus(module, vmid, smi, result)
+        result["planned"]["end_gpu_processes_first"] = ended
     except DaemonError as exc:
         module.fail_json(msg=str(exc), **result)
     unstarted = [d for d in result.get("daemons", []) if d.get("stopped") and not d.get("restarted")]

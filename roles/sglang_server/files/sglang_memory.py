@@ -6,7 +6,12 @@
 
   sglang_memory.py measure [--unit sglang.service]
       JSON on stdout: /proc/meminfo (bytes), the cgroup memory usage, and every process of the unit
-      (name, RssAnon, RssShmem, RssFile in bytes), with totals for the unit and its scheduler ranks.
+      (name, RssAnon, RssShmem, RssFile in bytes), with totals for the unit and its scheduler ranks, and the unit's
+      MainPID as systemd reports it (main_pid).
+  sglang_memory.py preflight [--unit sglang.service] --model-config PATH
+      measure's JSON plus what the deploy's preflight reads in the same call (issue 27): the container's addresses
+      (`ip -4 -o addr show scope global`, lines), its listening TCP sockets (`ss -Hltnp`, lines) and whether
+      PATH exists (model_config_present). A command that fails fails the script.
 (The start guard is the unit's launcher, sglang_launch.py.)
 """
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 KIB = 1024
@@ -107,13 +113,39 @@ def measure(unit: str) -> dict:
     }
 
 
+def lines_of(argv: list) -> list:
+    """stdout lines of a command that must succeed (the preflight refuses to plan on a read that failed)."""
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False,
+                          env=dict(os.environ, LC_ALL="C"))
+    if done.returncode != 0:
+        raise SystemExit("%s failed (rc %d): %s" % (" ".join(argv), done.returncode, done.stderr.strip()))
+    return done.stdout.splitlines()
+
+
+def main_pid(unit: str):
+    try:
+        out = lines_of(["/usr/bin/systemctl", "show", "-p", "MainPID", "--value", unit])
+    except (OSError, SystemExit):
+        return None
+    return int(out[0]) if out and out[0].strip().isdigit() else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--unit", default="sglang.service")
+    pre = sub.add_parser("preflight")
+    pre.add_argument("--unit", default="sglang.service")
+    pre.add_argument("--model-config", required=True)
     args = parser.parse_args()
-    print(json.dumps(measure(args.unit)))
+    out = measure(args.unit)
+    out["main_pid"] = main_pid(args.unit)
+    if args.cmd == "preflight":
+        out["addresses"] = lines_of(["/usr/sbin/ip", "-4", "-o", "addr", "show", "scope", "global"])
+        out["listeners"] = lines_of(["/usr/bin/ss", "-Hltnp"])
+        out["model_config_present"] = os.path.exists(args.model_config)
+    print(json.dumps(out))
     return 0
 
 

@@ -58,6 +58,18 @@ def test_a_climb_to_clean_after_a_container_stop_starts_it_again():
         (4, "stop_container", 30.0, 15.0), (4, "start_container", 19.0, 9.0)]
 
 
+@pytest.mark.parametrize("rung,commands,expect", [
+    (1, [{"command": "pct exec 129 -- systemctl disable --now sglang", "rc": 124, "timed_out": True}], True),
+    (1, [{"command": "pct exec 129 -- systemctl disable --now sglang", "rc": 0, "timed_out": False}], False),
+    (1, [], False),  # check mode: nothing ran
+    (2, [{"command": "pct exec 129 -- systemctl disable sglang", "rc": 124, "timed_out": True}], False),
+])
+def test_the_verification_is_told_when_rung_1s_stop_ran_out_of_its_timeout(rung, commands, expect):
+    s = recover_step(begin(), "diagnosed", result=diag(False, rung))
+    s = recover_step(s, "acted", result={"commands": commands}, t0=1, t1=2)
+    assert s["pending"]["stop_timed_out"] is expect
+
+
 def test_a_container_that_was_stopped_before_recovery_stays_stopped():
     s = recover_step(begin(running=False), "diagnosed", result=diag(False, 4))
     s = recover_step(s, "acted", result={"container_was_running": True}, t0=1, t1=2)

@@ -144,12 +144,24 @@ def test_recovery_action_class(value, kind):
     assert gate.recovery_action_class(value) == kind
 
 
-def test_a_gpu_reset_asked_by_the_driver_stops_the_container_first_then_resets():
-    diag = {"clean": False, "container_status": "running", "service_active": True, "recovery_reset": True}
-    assert gate.choose_rung(diag)[0] == gate.RUNG_STOP_CONTAINER
-    stopped = dict(diag, container_status="stopped", service_active=False)
-    assert gate.choose_rung(stopped, after_rung=gate.RUNG_STOP_CONTAINER)[0] == gate.RUNG_RESET_GPUS
+def test_a_gpu_reset_asked_by_the_driver_goes_straight_to_the_reset_rung():
+    # NVIDIA's flag names the action (terminate the GPU processes, nvidia-smi -r): rung 5 does both; rungs 1-4
+    # cannot clear it, so none is taken first, whatever else the diagnosis shows (issue 27).
+    diag = {"clean": False, "container_status": "running", "service_active": True, "recovery_reset": True,
+            "ct_holders": [{"pid": 5}]}
+    rung, why = gate.choose_rung(diag)
+    assert rung == gate.RUNG_RESET_GPUS and "end the container's GPU processes" in why
+    stopped = dict(diag, container_status="stopped", service_active=False, ct_holders=[])
+    assert gate.choose_rung(stopped)[0] == gate.RUNG_RESET_GPUS
+    assert gate.choose_rung(diag, after_rung=gate.RUNG_RESET_GPUS)[0] == gate.RUNG_REBOOT
     assert gate.choose_rung(stopped, after_rung=gate.RUNG_RESET_GPUS)[0] == gate.RUNG_REBOOT
+    # A stuck process is not ended by a signal: the stuck path decides first.
+    assert gate.choose_rung(dict(diag, ct_stuck=[{"pid": 7, "class": "stuck_fuse"}]))[0] == gate.RUNG_UNBLOCK_STUCK
+
+
+def test_the_reset_rung_budget_covers_ending_the_processes_first():
+    settings = {"service_stop_timeout": 90, "term_grace": 10, "kill_wait": 60, "reset_timeout": 180}
+    assert gate.action_budget_s(gate.RUNG_RESET_GPUS, settings) >= 90 + 10 + 60 + 180 + 60
 
 
 # --------------------------------------------------------------------------- the gate cannot be loosened
@@ -204,6 +216,12 @@ def test_any_unknown_or_bad_reading_alone_is_not_clean(kind):
     (4, {"gpu_excess_without_process": True, "container_status": "running"}, 15, 2, True),
     (5, {"container_status": "stopped"}, 15, 4, True),
     (4, {"container_status": "running"}, 100, 2, False),                        # nothing the graces cover: budget
+    # rung 1's stop ran out of its timeout and the holders are alive: they had SIGTERM that long (issue 27)
+    (2, {"holders": 2, "container_status": "running", "stop_timed_out": True}, 1, 1, True),
+    (2, {"holders": 0, "gpu_excess_without_process": True, "container_status": "running", "stop_timed_out": True},
+     1, 1, False),                                                              # no holder: a teardown may be on
+    (3, {"holders": 2, "stuck": 1, "container_status": "running", "stop_timed_out": True}, 1, 1, False),
+    (3, {"holders": 2, "container_status": "running", "stop_timed_out": True}, 1, 2, False),  # only after rung 1
 ])
 def test_settled(rung, findings, elapsed, after, expect):
     done, why = gate.settled(rung, findings, elapsed, after, 30, 15)
@@ -241,7 +259,7 @@ def test_judge_clean():
     assert j.findings == {"container_status": "running", "service_active": False, "holders": 0, "stuck": 0,
                           "gpu_excess_without_process": False, "host_memory_only": False, "reboot_signals": [],
                           "recovery_reset": False, "baseline_missing": False, "new_xids": [],
-                          "only_unreadable": False}
+                          "only_unreadable": False, "stop_timed_out": False}
 
 
 def test_judge_without_a_baseline_is_never_clean_and_asks_for_no_rung():
@@ -313,7 +331,7 @@ def test_judge_unreadable_memory_alone_asks_for_no_rung_unless_something_else_is
     (sample(nvidia_smi_error="nvidia-smi exited 15: GPU is lost", gpus=[]), "running", 6, "reboot_signals"),
     (sample(nvidia_smi_hung=True, gpus=[]), "running", 6, "reboot_signals"),
     (sample(recovery_actions=dict(_SUPPORTED, actions={6: "Node Reboot", 7: "None"})), "running", 6, "reboot_signals"),
-    (sample(recovery_actions=dict(_SUPPORTED, actions={6: "Reset", 7: "None"})), "running", 4, "recovery_reset"),
+    (sample(recovery_actions=dict(_SUPPORTED, actions={6: "Reset", 7: "None"})), "running", 5, "recovery_reset"),
     (sample(recovery_actions=dict(_SUPPORTED, actions={6: "Reset", 7: "None"})), "stopped", 5, "recovery_reset"),
     (sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 86140, "apps": []},
                   {"index": 7, "uuid": "GPU-7", "memory_used_mib": 4, "apps": []}]), "running", 4,

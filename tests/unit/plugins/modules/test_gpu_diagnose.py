@@ -135,8 +135,8 @@ def test_failed_pct_config_is_refused(monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("action,rung,reason", [
-    ("Reset", 4, "the GPU must be reset"),
-    ("Drain and Reset", 4, "the GPU must be reset"),
+    ("Reset", 5, "the GPU must be reset"),
+    ("Drain and Reset", 5, "the GPU must be reset"),
     ("Node Reboot", 6, "the node must be rebooted"),
     ("[Unknown Error]", 4, "unreadable: it cannot be judged clean"),
 ])

@@ -1,0 +1,258 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Managed files compared in one round trip (issue 27): the controller's SHA-256 of every file a task manages,
+the target's state of all of them read by one command (``REMOTE_SCRIPT``, op ``read``), and what must change
+(``plan``): a copy where the content differs or the file is missing, an attribute fix where only the mode or the
+owner does. The copies go one connection transfer each, then one command installs them all (op ``install``:
+owner and mode set on a temporary file beside the destination, then an atomic rename), so a run that changes
+nothing costs one command however many files it manages.
+
+The action plugin inferops.gpu_inference.managed_files is the thin part; no Ansible imports here.
+Unit-tested in tests/unit/plugins/module_utils/test_managed_files.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import stat
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+
+class ManagedFilesError(Exception):
+    """A bad argument: reported before anything is changed."""
+
+
+CHUNK = 1024 * 1024
+TMP_SUFFIX = ".inferops-managed.tmp"
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parse_mode(value: Any, what: str) -> int:
+    """An octal mode given as a string ("0644", "644") or an int already meant as octal digits is refused."""
+    text = str(value).strip()
+    if not isinstance(value, str) or not text or any(c not in "01234567" for c in text) or len(text) > 4:
+        raise ManagedFilesError("%s must be an octal mode given as a quoted string such as '0644', got %r" % (what, value))
+    return int(text, 8)
+
+
+def _abs_dest(dest: Any, what: str) -> str:
+    if not isinstance(dest, str) or not dest.startswith("/") or "\0" in dest:
+        raise ManagedFilesError("%s must be an absolute path, got %r" % (what, dest))
+    norm = posixpath.normpath(dest)
+    if norm != dest.rstrip("/") or norm == "/":
+        raise ManagedFilesError("%s must be a normalised absolute path (no '..', no '//'), got %r" % (what, dest))
+    return norm
+
+
+def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]], find: Callable[[str], str],
+           mode: str, directory_mode: str) -> list[dict[str, Any]]:
+    """The managed files, one row each: src (a controller path), dest, mode (int), sha256, size.
+
+    files: [{src, dest, mode?}] (src as a role's files/ lookup resolves it: ``find``; dest the full path, or a
+    directory ending in "/" where the file keeps its name);
+    trees: [{src, dest}]: every regular file under the controller directory src, at the same relative path under
+    dest (the copy module's ``src: dir/`` form). mode/directory_mode: the defaults, octal strings.
+    """
+    default_mode = parse_mode(mode, "mode")
+    parse_mode(directory_mode, "directory_mode")
+    rows: list[dict[str, Any]] = []
+    files = list(files or [])
+    for i, entry in enumerate(files):
+        # dest ending in "/" is a directory: the file keeps its name there (the copy module's rule).
+        if isinstance(entry, Mapping) and isinstance(entry.get("dest"), str) and entry["dest"].endswith("/") \
+                and "src" in entry:
+            files[i] = dict(entry, dest=entry["dest"] + posixpath.basename(str(entry["src"]).rstrip("/")))
+    for i, entry in enumerate(files):
+        if not isinstance(entry, Mapping) or "src" not in entry or "dest" not in entry:
+            raise ManagedFilesError("files[%d] must be a mapping with src and dest, got %r" % (i, entry))
+        src = find(str(entry["src"]))
+        if not os.path.isfile(src):
+            raise ManagedFilesError("files[%d].src %s is not a regular file on the controller" % (i, src))
+        row = {"src": src, "dest": _abs_dest(entry["dest"], "files[%d].dest" % i),
+               "mode": parse_mode(entry["mode"], "files[%d].mode" % i) if "mode" in entry else default_mode,
+               "label": str(entry.get("label") or src)}
+        for key in ("owner", "group"):
+            if entry.get(key) is not None:
+                if not isinstance(entry[key], str) or not entry[key] or any(c in entry[key] for c in ":/ \n"):
+                    raise ManagedFilesError("files[%d].%s must be a user or group name, got %r" % (i, key, entry[key]))
+                row[key] = entry[key]
+        rows.append(row)
+    for i, entry in enumerate(trees or []):
+        if not isinstance(entry, Mapping) or "src" not in entry or "dest" not in entry:
+            raise ManagedFilesError("trees[%d] must be a mapping with src and dest, got %r" % (i, entry))
+        top = find(str(entry["src"]).rstrip("/") or "/")
+        if not os.path.isdir(top):
+            raise ManagedFilesError("trees[%d].src %s is not a directory on the controller" % (i, top))
+        dest_top = _abs_dest(entry["dest"], "trees[%d].dest" % i)
+        for root, dirs, names in os.walk(top):
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if not os.path.isfile(path):
+                    continue
+                rel = os.path.relpath(path, top).replace(os.sep, "/")
+                rows.append({"src": path, "dest": posixpath.join(dest_top, rel), "mode": default_mode, "label": path})
+    seen: dict[str, str] = {}
+    for row in rows:
+        if row["dest"] in seen and seen[row["dest"]] != row["src"]:
+            raise ManagedFilesError("%s is the destination of both %s and %s" % (row["dest"], seen[row["dest"]], row["src"]))
+        seen[row["dest"]] = row["src"]
+    unique = {row["dest"]: row for row in rows}
+    for row in unique.values():
+        row["sha256"] = sha256_file(row["src"])
+        row["size"] = os.path.getsize(row["src"])
+    return sorted(unique.values(), key=lambda r: r["dest"])
+
+
+def read_request(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {"op": "read", "paths": [r["dest"] for r in rows]}
+
+
+def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: str, group: str) -> dict[str, list]:
+    """What must change, from the controller's rows and the target's answer to ``read`` ({dest: {exists, is_file,
+    sha256, mode, owner, group}}): copy (content differs or missing), fix (mode/owner only), same."""
+    out: dict[str, list] = {"copy": [], "fix": [], "same": []}
+    default_owner, default_group = owner, group
+    for row in rows:
+        owner, group = row.get("owner") or default_owner, row.get("group") or default_group
+        seen = remote.get(row["dest"])
+        if not isinstance(seen, Mapping):
+            raise ManagedFilesError("the target did not report %s" % row["dest"])
+        if seen.get("exists") and not seen.get("is_file"):
+            raise ManagedFilesError("%s exists on the target and is not a regular file" % row["dest"])
+        want = {"dest": row["dest"], "src": row["src"], "mode": row["mode"], "sha256": row["sha256"], "size": row["size"],
+                "owner": owner, "group": group, "label": row.get("label", row["src"]),
+                "before": {k: seen.get(k) for k in ("exists", "sha256", "mode", "owner", "group")}}
+        if not seen.get("exists") or seen.get("sha256") != row["sha256"]:
+            out["copy"].append(want)
+        elif seen.get("mode") != row["mode"] or seen.get("owner") != owner or seen.get("group") != group:
+            out["fix"].append(want)
+        else:
+            out["same"].append(row["dest"])
+    return out
+
+
+def install_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str) -> dict[str, Any]:
+    """The ``install`` op: each copied file was put at dest + TMP_SUFFIX; set owner and mode, rename into place;
+    fix the attributes of the others. Missing parent directories are made with directory_mode, owner, group."""
+    items = [{"dest": c["dest"], "tmp": c["dest"] + TMP_SUFFIX, "mode": c["mode"], "sha256": c["sha256"],
+              "owner": c["owner"], "group": c["group"]} for c in changes["copy"]]
+    items += [{"dest": c["dest"], "tmp": None, "mode": c["mode"], "sha256": c["sha256"], "owner": c["owner"],
+               "group": c["group"]} for c in changes["fix"]]
+    return {"op": "install", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
+            "items": items}
+
+
+def mkdirs_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str) -> dict[str, Any]:
+    return {"op": "mkdirs", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
+            "dirs": sorted({posixpath.dirname(c["dest"]) for c in changes["copy"]})}
+
+
+def diff_of(changes: Mapping[str, list]) -> list[dict[str, str]]:
+    """--diff: per file that would change, its digest, mode and owner before and after (content may be binary)."""
+    def describe(state: Mapping[str, Any]) -> str:
+        if not state.get("exists"):
+            return "absent\n"
+        mode = state.get("mode")
+        shown = "%04o" % mode if isinstance(mode, int) else mode
+        return "sha256 %s mode %s owner %s:%s\n" % (state.get("sha256"), shown, state.get("owner"), state.get("group"))
+    out = []
+    for kind in ("copy", "fix"):
+        for c in changes[kind]:
+            out.append({"before_header": c["dest"], "after_header": "%s (%s)" % (c["dest"], c["label"]),
+                        "before": describe(c["before"]),
+                        "after": describe({"exists": True, "sha256": c["sha256"], "mode": c["mode"],
+                                           "owner": c["owner"], "group": c["group"]})})
+    return out
+
+
+def summary(changes: Mapping[str, list]) -> dict[str, Any]:
+    return {"copied": [c["dest"] for c in changes["copy"]], "attributes_fixed": [c["dest"] for c in changes["fix"]],
+            "unchanged": len(changes["same"]), "bytes_copied": sum(int(c["size"]) for c in changes["copy"])}
+
+
+# The target side, run by the target's python3 with one JSON argument; stdlib only, prints one JSON object.
+REMOTE_SCRIPT = r'''
+import grp, hashlib, json, os, pwd, stat, sys
+req = json.loads(sys.argv[1])
+def info(path):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"exists": False}
+    out = {"exists": True, "is_file": stat.S_ISREG(st.st_mode), "mode": stat.S_IMODE(st.st_mode)}
+    try:
+        out["owner"] = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        out["owner"] = str(st.st_uid)
+    try:
+        out["group"] = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        out["group"] = str(st.st_gid)
+    if out["is_file"]:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for b in iter(lambda: f.read(1 << 20), b""):
+                h.update(b)
+        out["sha256"] = h.hexdigest()
+    return out
+def ids(req):
+    return pwd.getpwnam(req["owner"]).pw_uid, grp.getgrnam(req["group"]).gr_gid
+if req["op"] == "read":
+    print(json.dumps({p: info(p) for p in req["paths"]}))
+elif req["op"] == "mkdirs":
+    uid, gid = ids(req)
+    made = []
+    for d in req["dirs"]:
+        todo = []
+        while d and not os.path.isdir(d):
+            todo.append(d)
+            d = os.path.dirname(d)
+        for d in reversed(todo):
+            os.mkdir(d, req["directory_mode"])
+            os.chown(d, uid, gid)
+            os.chmod(d, req["directory_mode"])
+            made.append(d)
+    print(json.dumps({"made": made}))
+elif req["op"] == "install":
+    done = []
+    for it in req["items"]:
+        uid, gid = ids(it)
+        path = it["tmp"] or it["dest"]
+        if it["tmp"]:
+            got = info(path).get("sha256")
+            if got != it["sha256"]:
+                os.unlink(path)
+                raise SystemExit("%s arrived with sha256 %s, expected %s" % (it["dest"], got, it["sha256"]))
+        os.chown(path, uid, gid)
+        os.chmod(path, it["mode"])
+        if it["tmp"]:
+            os.rename(path, it["dest"])
+        done.append(it["dest"])
+    print(json.dumps({"installed": done}))
+else:
+    raise SystemExit("unknown op %r" % req["op"])
+'''
+
+
+def check_remote_answer(answer: Any, paths: Sequence[str]) -> Mapping[str, Any]:
+    if not isinstance(answer, Mapping):
+        raise ManagedFilesError("the target's answer is not a JSON object: %r" % (answer,))
+    missing = [p for p in paths if p not in answer]
+    if missing:
+        raise ManagedFilesError("the target did not report %s" % ", ".join(missing[:5]))
+    return answer
+
+
+def mode_text(mode: Optional[int]) -> str:
+    return "-" if mode is None else "%04o" % stat.S_IMODE(mode)

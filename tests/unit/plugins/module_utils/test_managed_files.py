@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""managed_files: the controller's digests, the plan, and the target-side script run for real on a temporary tree
+(the files on disk are checked, not what the script printed)."""
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import managed_files as mf
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+MYGROUP = grp.getgrgid(os.getgid()).gr_name
+
+
+def remote(request):
+    out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(request)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def put(item):  # what the connection's put_file does: the bytes at dest + TMP_SUFFIX
+    shutil.copyfile(item["src"], item["dest"] + mf.TMP_SUFFIX)
+
+
+def sync(rows, mode="0755"):
+    """One run as the action plugin does it; returns the plan."""
+    req = mf.read_request(rows)
+    changes = mf.plan(rows, mf.check_remote_answer(remote(req), req["paths"]), ME, MYGROUP)
+    if changes["copy"]:
+        remote(mf.mkdirs_request(changes, ME, MYGROUP, mode))
+    for item in changes["copy"]:
+        put(item)
+    if changes["copy"] or changes["fix"]:
+        remote(mf.install_request(changes, ME, MYGROUP, mode))
+    return changes
+
+
+@pytest.fixture()
+def src(tmp_path):
+    top = tmp_path / "src"
+    (top / "model" / "sub").mkdir(parents=True)
+    (top / "model" / "config.json").write_text('{"a": 1}\n')
+    (top / "model" / "sub" / "weights.bin").write_bytes(os.urandom(3000))
+    (top / "launch.py").write_text("print('x')\n")
+    return top
+
+
+def rows_for(src, dest, launch_mode="0755"):
+    return mf.expand([{"src": "launch.py", "dest": str(dest / "libexec" / "launch.py"), "mode": launch_mode}],
+                     [{"src": str(src / "model") + "/", "dest": str(dest / "models" / "tiny")}],
+                     lambda s: s if s.startswith("/") else str(src / s), "0644", "0755")
+
+
+def test_first_run_copies_everything_then_nothing(src, tmp_path):
+    dest = tmp_path / "dest"
+    rows = rows_for(src, dest)
+    assert [r["dest"] for r in rows] == sorted(r["dest"] for r in rows) and len(rows) == 3
+    first = sync(rows)
+    assert len(first["copy"]) == 3 and not first["fix"]
+    # The world: the bytes, the modes, no temporary file left.
+    for r in rows:
+        with open(r["dest"], "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == r["sha256"]
+        assert stat.S_IMODE(os.stat(r["dest"]).st_mode) == r["mode"]
+        assert not os.path.exists(r["dest"] + mf.TMP_SUFFIX)
+    assert stat.S_IMODE(os.stat(dest / "models" / "tiny" / "sub").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(dest / "libexec" / "launch.py").st_mode) == 0o755
+    second = sync(rows_for(src, dest))
+    assert not second["copy"] and not second["fix"] and len(second["same"]) == 3
+
+
+def test_only_what_differs_is_copied_and_a_mode_alone_is_fixed(src, tmp_path):
+    dest = tmp_path / "dest"
+    sync(rows_for(src, dest))
+    (src / "model" / "config.json").write_text('{"a": 2}\n')
+    os.chmod(dest / "libexec" / "launch.py", 0o600)
+    changes = sync(rows_for(src, dest))
+    assert [c["dest"] for c in changes["copy"]] == [str(dest / "models" / "tiny" / "config.json")]
+    assert [c["dest"] for c in changes["fix"]] == [str(dest / "libexec" / "launch.py")]
+    assert (dest / "models" / "tiny" / "config.json").read_text() == '{"a": 2}\n'
+    assert stat.S_IMODE(os.stat(dest / "libexec" / "launch.py").st_mode) == 0o755
+    diff = mf.diff_of(changes)
+    assert diff[0]["before"].startswith("sha256 ") and diff[0]["before"] != diff[0]["after"]
+    assert mf.summary(changes)["bytes_copied"] == len('{"a": 2}\n')
+
+
+def test_a_copy_that_arrives_damaged_is_refused_and_removed(src, tmp_path):
+    dest = tmp_path / "dest"
+    rows = rows_for(src, dest)
+    req = mf.read_request(rows)
+    changes = mf.plan(rows, remote(req), ME, MYGROUP)
+    remote(mf.mkdirs_request(changes, ME, MYGROUP, "0755"))
+    for item in changes["copy"]:
+        with open(item["dest"] + mf.TMP_SUFFIX, "w") as f:
+            f.write("truncated")
+    out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(mf.install_request(changes, ME, MYGROUP, "0755"))],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "expected" in out.stderr
+    assert not any(os.path.exists(c["dest"]) for c in changes["copy"])
+
+
+def test_a_destination_that_is_a_directory_is_refused(src, tmp_path):
+    dest = tmp_path / "dest"
+    (dest / "libexec" / "launch.py").mkdir(parents=True)
+    rows = rows_for(src, dest)
+    with pytest.raises(mf.ManagedFilesError, match="not a regular file"):
+        mf.plan(rows, remote(mf.read_request(rows)), ME, MYGROUP)
+
+
+@pytest.mark.parametrize("files,trees,msg", [
+    ([{"src": "launch.py"}], [], "with src and dest"),
+    ([{"src": "launch.py", "dest": "relative/x"}], [], "absolute path"),
+    ([{"src": "launch.py", "dest": "/a/../b"}], [], "normalised"),
+    ([{"src": "launch.py", "dest": "/a/b", "mode": 644}], [], "octal mode"),
+    ([{"src": "launch.py", "dest": "/a/b", "mode": "0999"}], [], "octal mode"),
+    ([{"src": "missing.py", "dest": "/a/b"}], [], "not a regular file"),
+    ([], [{"src": "launch.py", "dest": "/a"}], "not a directory"),
+    ([{"src": "launch.py", "dest": "/a/b"}, {"src": "model/config.json", "dest": "/a/b"}], [], "destination of both"),
+])
+def test_bad_arguments_are_refused_before_any_change(src, files, trees, msg):
+    with pytest.raises(mf.ManagedFilesError, match=msg):
+        mf.expand(files, trees, lambda s: str(src / s), "0644", "0755")
+
+
+def test_a_dest_ending_in_a_slash_is_a_directory(src):
+    rows = mf.expand([{"src": "launch.py", "dest": "/opt/wheels/"}], [], lambda s: str(src / s), "0644", "0755")
+    assert rows[0]["dest"] == "/opt/wheels/launch.py" and rows[0]["mode"] == 0o644
+
+
+def test_a_file_may_have_its_own_owner_group_and_mode(src, tmp_path):
+    dest = tmp_path / "dest"
+    rows = mf.expand([{"src": "launch.py", "dest": str(dest / "key"), "mode": "0640", "group": MYGROUP, "owner": ME}],
+                     [], lambda s: str(src / s), "0644", "0755")
+    changes = sync(rows)
+    assert changes["copy"][0]["group"] == MYGROUP and stat.S_IMODE(os.stat(dest / "key").st_mode) == 0o640
+    with pytest.raises(mf.ManagedFilesError, match="user or group name"):
+        mf.expand([{"src": "launch.py", "dest": "/k", "group": "a:b"}], [], lambda s: str(src / s), "0644", "0755")
