@@ -162,7 +162,7 @@ lab-test: lab
 # verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own).
 # What failed is printed again at the end (reports/molecule-*-failure.txt), where a CI log's tail shows it.
 MOLECULE_SCENARIOS ?= default
-molecule: lab
+molecule: lab eda-setup
 	for s in $(MOLECULE_SCENARIOS); do
 	  rm -f reports/molecule-*-failure.txt
 	  "$(BIN)/molecule" test -s "$$s" || { cat reports/molecule-*-failure.txt 2>/dev/null; exit 1; }
@@ -185,6 +185,18 @@ bench: lab $(BIN)/.stamp-bench
 	"$(BIN)/python" benchmarks/sizing_bench.py
 	"$(BIN)/python" benchmarks/recover_bench.py
 	"$(BIN)/python" benchmarks/plot.py
+
+# Event-Driven Ansible (extensions/eda/, docs/recover.md "Unattended recovery"): ansible-rulebook in its own
+# virtualenv (its pins are its own: requirements-eda.txt); its Java runtime comes with the lab's packages
+# (tests/lab/labctl up installs openjdk-17-jre-headless). The rulebook runs ansible-playbook from .venv on PATH.
+EDA_VENV := $(ROOT)/.build/eda-venv
+$(EDA_VENV)/.stamp: requirements-eda.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
+	rm -rf "$(EDA_VENV)" && "$(PYTHON)" -m venv "$(EDA_VENV)"
+	"$(EDA_VENV)/bin/pip" install --quiet --disable-pip-version-check -r requirements-eda.txt
+	touch "$@"
+.PHONY: eda-setup
+eda-setup: setup $(EDA_VENV)/.stamp
 
 clean:
 	rm -rf .build .collections tests/output

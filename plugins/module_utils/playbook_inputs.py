@@ -39,6 +39,9 @@ ECHO_WIDTH = 60
 _WORKFLOW = ("answered in the AWX workflow 'GPU host: recover then deploy', whose survey answers go to each of its "
              "jobs; not read by this playbook")
 
+_EDA = ("the rule and event that started the run, which ansible-rulebook's run_playbook adds to every playbook it runs "
+        "(extensions/eda/rulebooks/gpu_recover.yml); not read by this playbook")
+
 _ARTIFACT = ("the artifact of the recover node of the AWX workflow 'GPU host: recover then deploy' (AWX passes a node's "
              "set_stats to the next node's job as extra vars); not read by this playbook")
 
@@ -50,6 +53,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "recover_vmid": _WORKFLOW,
         "recover_allow_reboot": _WORKFLOW,
         "gpu_recover": _ARTIFACT,
+        "ansible_eda": _EDA,
     },
     "plan.yml": {
         "plan_input": "a mapping of hicache_plan keys (facts and layout), as in inventories/examples/",
@@ -66,6 +70,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "recover_allow_undeclared": "true recovers a container the inventory does not declare on the node (default false)",
         "recover_record_baseline": "true judges without the baseline on disk and records it again (default false)",
         "deploy_containers": _WORKFLOW,
+        "ansible_eda": _EDA,
     },
 }
 ENTRY_PLAYBOOKS = tuple(sorted(PLAYBOOK_INPUTS))
