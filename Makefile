@@ -102,7 +102,7 @@ lint: setup
 # (and its unit tests) there and run the sanity tests in ansible-test's own pinned virtualenvs.
 # The collection's one dependency is copied beside it, where ansible-test's import test looks
 # (plugins/connection/pct_remote.py extends community.proxmox's connection): the copy the `ansible` package carries.
-SANITY_PATHS := galaxy.yml meta plugins roles playbooks changelogs README.md tests/unit
+SANITY_PATHS := galaxy.yml meta plugins roles playbooks extensions changelogs README.md tests/unit
 sanity: setup
 	pipver=$$(grep -oP "pip='\\K[0-9.]+" "$(VENV)"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -n1)
 	mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${pipver//./_}.py
@@ -180,10 +180,11 @@ $(BIN)/.stamp-bench: requirements-bench.txt | $(BIN)/.stamp
 	"$(BIN)/pip" install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch "$@"
 
-bench: lab $(BIN)/.stamp-bench
+bench: lab $(BIN)/.stamp-bench eda-setup
 	"$(BIN)/python" benchmarks/deploy_bench.py
 	"$(BIN)/python" benchmarks/sizing_bench.py
 	"$(BIN)/python" benchmarks/recover_bench.py
+	"$(BIN)/python" benchmarks/eda_bench.py
 	"$(BIN)/python" benchmarks/plot.py
 
 # Event-Driven Ansible (extensions/eda/, docs/recover.md "Unattended recovery"): ansible-rulebook in its own

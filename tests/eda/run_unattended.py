@@ -182,7 +182,8 @@ def wait(what: str, pred, timeout: float, step: float = 1.0):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--interval", type=float, default=5)
-    ap.add_argument("--debounce", type=float, default=6)
+    # Debounce below the interval: a fault is acted on at its second sighting, so within 2 polls.
+    ap.add_argument("--debounce", type=float, default=4)
     ap.add_argument("--out", default=os.path.join(ROOT, "reports", "eda-unattended.json"))
     ap.add_argument("--timeout", type=float, default=300, help="seconds to wait for both recoveries")
     a = ap.parse_args()
@@ -236,6 +237,7 @@ def main() -> int:
             return f.read()
 
     figures: dict = {"faults_injected": 0, "recovered_unattended": 0, "faults": []}
+    t_inject = time.time()
     try:
         wait("the event source's first poll", lambda: "gpu_watch: watching" in rb_log() or rb.poll() is not None, 120)
         if rb.poll() is not None:
@@ -328,6 +330,18 @@ def main() -> int:
         sh("%s fault clear --vmid %d" % (LABCTL, NEIGHBOUR), check=False)
         sh("%s fault clear --vmid %d" % (LABCTL, CT), check=False)
         shutil.rmtree(work, ignore_errors=True)
+    text = open(log_path, errors="replace").read()
+    polls = [float(x) for x in re.findall(r"gpu_watch: poll \d+ of \d+ container\(s\) took ([0-9.]+) s", text)]
+    figures["poll_s_max"] = max(polls) if polls else None
+    figures["polls"] = len(polls)
+    figures["interval_s"] = a.interval
+    figures["debounce_s"] = a.debounce
+    events = {}
+    for t, vmid in re.findall(r"gpu_watch: event at ([0-9.]+): CT (\d+) on \S+ needs recovery", text):
+        events.setdefault(int(vmid), float(t))
+    for f in figures["faults"]:
+        if f["vmid"] in events:
+            f["event_s"] = round(events[f["vmid"]] - t_inject, 1)
     figures["failures"] = failures
     with open(a.out, "w") as f:
         json.dump(figures, f, indent=2)

@@ -118,9 +118,10 @@ async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:
             # Xids before this event are the recovery's evidence, not a new fault: the next poll takes a new cursor.
             cursors.pop(w.vmid, None)
             event["poll_interval"] = interval
-            logger.info("gpu_watch: %s", event["message"])
+            logger.info("gpu_watch: event at %.3f: %s", event["detected_at"], event["message"])
             await queue.put(event)
         polls += 1
+        logger.info("gpu_watch: poll %d of %d container(s) took %.1f s", polls, len(watched), time.time() - started)
         if once and polls >= once:
             return
         await asyncio.sleep(max(0.0, interval - (time.time() - started)))
