@@ -15,7 +15,8 @@ Arguments (all optional but inventory):
   interval: seconds between polls (default 15).
   debounce: seconds a fault must persist (seen twice at least this far apart) before an event (default 30).
   cooldown: seconds after a recover event before another for the same container while it stays faulty (1800).
-  budget: recover events per container per budget_window seconds (3 per 3600 s), then one alert and no more.
+  budget: recover events per container per budget_window seconds (3), then one alert and no more for it.
+  budget_window: the budget's window in seconds (3600).
   samples, sample_interval: gpu_diagnose's (1 sample; the debounce is the second look).
   service: the unit inside the container (sglang.service).
   ansible: the ansible command (default "ansible" on PATH); ansible_inventory likewise.
