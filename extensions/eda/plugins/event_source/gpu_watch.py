@@ -51,9 +51,11 @@ def _collections_root() -> str:
     raise RuntimeError("gpu_watch.py must run from an installed collection (.../ansible_collections/inferops/...)")
 
 
-if "ansible_collections.inferops.gpu_inference" not in sys.modules:
+try:
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch
+except ImportError:
     sys.path.insert(0, _collections_root())
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch  # noqa: E402
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch
 
 
 async def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
