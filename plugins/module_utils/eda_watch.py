@@ -180,7 +180,7 @@ class Policy:
         if not found:
             st.first_seen, st.kinds, st.emitted_at = None, (), None
             return None
-        kinds = tuple(sorted({k for k, _ in found}))
+        kinds = tuple(sorted({k for k, _why in found}))
         oom = KIND_OOM_KILL in kinds
         if kinds != st.kinds and not (oom and st.first_seen is not None):
             st.first_seen, st.kinds = now, kinds
@@ -198,7 +198,7 @@ class Policy:
             "vmid": watched.vmid,
             "node": watched.node_host,
             "kinds": list(kinds),
-            "reasons": [why for _, why in found],
+            "reasons": [why for _kind, why in found],
             "verdict": diag.get("verdict"),
             "recommended_rung": diag.get("recommended_rung"),
             "recommended_rung_name": diag.get("recommended_rung_name"),

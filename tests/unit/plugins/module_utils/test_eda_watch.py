@@ -66,7 +66,7 @@ def test_a_serving_container_is_not_a_fault():
 
 def test_each_fault_kind():
     def kinds(d, prev=None):
-        return [k for k, _ in ew.faults(d, prev)]
+        return [k for k, _why in ew.faults(d, prev)]
 
     assert kinds(diag(gpu_excess_without_process=True)) == [ew.KIND_HELD_NO_PROCESS]
     assert kinds(diag(holders=2)) == [ew.KIND_HOLDERS_WITHOUT_SERVICE]
