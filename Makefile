@@ -102,7 +102,7 @@ lint: setup
 # (and its unit tests) there and run the sanity tests in ansible-test's own pinned virtualenvs.
 # The collection's one dependency is copied beside it, where ansible-test's import test looks
 # (plugins/connection/pct_remote.py extends community.proxmox's connection): the copy the `ansible` package carries.
-SANITY_PATHS := galaxy.yml meta plugins roles playbooks changelogs README.md tests/unit
+SANITY_PATHS := galaxy.yml meta plugins roles playbooks extensions changelogs README.md tests/unit
 sanity: setup
 	pipver=$$(grep -oP "pip='\\K[0-9.]+" "$(VENV)"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -n1)
 	mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_offline.py ~/.ansible/test/cache/get_pip_$${pipver//./_}.py
@@ -162,7 +162,7 @@ lab-test: lab
 # verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own).
 # What failed is printed again at the end (reports/molecule-*-failure.txt), where a CI log's tail shows it.
 MOLECULE_SCENARIOS ?= default
-molecule: lab
+molecule: lab eda-setup
 	for s in $(MOLECULE_SCENARIOS); do
 	  rm -f reports/molecule-*-failure.txt
 	  "$(BIN)/molecule" test -s "$$s" || { cat reports/molecule-*-failure.txt 2>/dev/null; exit 1; }
@@ -187,11 +187,24 @@ BENCH_FULL ?=
 BENCH_DEPLOY_ARGS  := $(if $(BENCH_FULL),--full 2 --reruns 2,)
 BENCH_SIZING_ARGS  := $(if $(BENCH_FULL),--grid full,--grid quick)
 BENCH_RECOVER_ARGS := $(if $(BENCH_FULL),--repeat 2,)
-bench: lab $(BIN)/.stamp-bench
+bench: lab $(BIN)/.stamp-bench eda-setup
 	"$(BIN)/python" benchmarks/deploy_bench.py $(BENCH_DEPLOY_ARGS)
 	"$(BIN)/python" benchmarks/sizing_bench.py $(BENCH_SIZING_ARGS)
 	"$(BIN)/python" benchmarks/recover_bench.py $(BENCH_RECOVER_ARGS)
+	"$(BIN)/python" benchmarks/eda_bench.py
 	"$(BIN)/python" benchmarks/plot.py
+
+# Event-Driven Ansible (extensions/eda/, docs/recover.md "Unattended recovery"): ansible-rulebook in its own
+# virtualenv (its pins are its own: requirements-eda.txt); its Java runtime comes with the lab's packages
+# (tests/lab/labctl up installs openjdk-17-jre-headless). The rulebook runs ansible-playbook from .venv on PATH.
+EDA_VENV := $(ROOT)/.build/eda-venv
+$(EDA_VENV)/.stamp: requirements-eda.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
+	rm -rf "$(EDA_VENV)" && "$(PYTHON)" -m venv "$(EDA_VENV)"
+	"$(EDA_VENV)/bin/pip" install --quiet --disable-pip-version-check -r requirements-eda.txt
+	touch "$@"
+.PHONY: eda-setup
+eda-setup: setup $(EDA_VENV)/.stamp
 
 clean:
 	rm -rf .build .collections tests/output

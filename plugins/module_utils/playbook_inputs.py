@@ -39,6 +39,9 @@ ECHO_WIDTH = 60
 _WORKFLOW = ("answered in the AWX workflow 'GPU host: recover then deploy', whose survey answers go to each of its "
              "jobs; not read by this playbook")
 
+_EDA = ("the rule and event that started the run, which ansible-rulebook's run_playbook adds to every playbook it runs "
+        "(extensions/eda/rulebooks/gpu_recover.yml); not read by this playbook")
+
 _ARTIFACT = ("the artifact of the recover node of the AWX workflow 'GPU host: recover then deploy' (AWX passes a node's "
              "set_stats to the next node's job as extra vars); not read by this playbook")
 
@@ -50,6 +53,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "recover_vmid": _WORKFLOW,
         "recover_allow_reboot": _WORKFLOW,
         "gpu_recover": _ARTIFACT,
+        "ansible_eda": _EDA,
     },
     "plan.yml": {
         "plan_input": "a mapping of hicache_plan keys (facts and layout), as in inventories/examples/",
@@ -66,6 +70,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "recover_allow_undeclared": "true recovers a container the inventory does not declare on the node (default false)",
         "recover_record_baseline": "true judges without the baseline on disk and records it again (default false)",
         "deploy_containers": _WORKFLOW,
+        "ansible_eda": _EDA,
     },
 }
 ENTRY_PLAYBOOKS = tuple(sorted(PLAYBOOK_INPUTS))
@@ -222,6 +227,18 @@ def refuse_undocumented(names: Iterable[Any], playbook: str, accepted: Mapping[s
         % (when, playbook, "" if len(bad) == 1 else "s", "; ".join(parts), "it" if len(bad) == 1 else "them", done))
 
 
+def collection_playbook(arg: str) -> Optional[str]:
+    """The file name of this collection's playbook that ``arg`` names by FQCN (``inferops.gpu_inference.recover``
+    -> ``recover.yml``; ansible-playbook runs a collection's playbook by that name), else None."""
+    prefix = COLLECTION + "."
+    if arg.startswith(prefix):
+        stem = arg[len(prefix):]
+        stem = stem[:-4] if stem.endswith(".yml") else stem
+        if stem + ".yml" in PLAYBOOK_INPUTS:
+            return stem + ".yml"
+    return None
+
+
 def entry_playbook(task_playbook: str, task_dir: str, cli_playbooks: Iterable[str], load: Loader,
                    root: str = COLLECTION_ROOT) -> str:
     """Which playbook's list applies to a check in ``task_playbook`` (whose file is in ``task_dir``): the one run from
@@ -230,6 +247,11 @@ def entry_playbook(task_playbook: str, task_dir: str, cli_playbooks: Iterable[st
     for path in cli_playbooks:
         name = os.path.basename(str(path))
         same_dir = os.path.realpath(os.path.dirname(os.path.abspath(str(path)))) == os.path.realpath(task_dir)
+        fqcn = collection_playbook(str(path))
+        if fqcn:
+            # ansible-playbook inferops.gpu_inference.recover (as ansible-rulebook's run_playbook starts it): the
+            # collection's own playbook, which imports deploy.yml from the same folder.
+            name, same_dir = fqcn, os.path.realpath(task_dir) == os.path.realpath(os.path.join(root, "playbooks"))
         if name in PLAYBOOK_INPUTS and name != task_playbook and same_dir:
             if task_playbook in playbook_uses(name, load, root)[2]:
                 return name
@@ -244,6 +266,8 @@ def run_entry(cli_playbooks: Iterable[str], root: str = COLLECTION_ROOT) -> Opti
     """The collection's entry playbook this run was started with (a checkout or an AWX project copy of it: a
     ``playbooks/`` folder beside ``roles/sglang_server``), or None for an operator's own playbook."""
     for path in cli_playbooks:
+        if collection_playbook(str(path)):
+            return collection_playbook(str(path))
         name = os.path.basename(str(path))
         books = os.path.dirname(os.path.abspath(str(path)))
         if name in PLAYBOOK_INPUTS and os.path.isfile(os.path.join(books, "..", "roles", "sglang_server", "meta", "argument_specs.yml")):

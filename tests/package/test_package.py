@@ -43,10 +43,10 @@ FQCN = f"{NAMESPACE}.{NAME}"
 # Top-level entries of the artifact, exactly.
 ALLOWED_TOP = {
     "CHANGELOG.rst", "FILES.json", "LICENSE", "MANIFEST.json", "README.md",
-    "changelogs", "docs", "meta", "playbooks", "plugins", "roles",
+    "changelogs", "docs", "extensions", "meta", "playbooks", "plugins", "roles",
 }
 # Directories whose every file (git's view: tracked or not ignored) ships, but for the patterns below.
-SHIPPED_DIRS = ["docs", "meta", "playbooks", "plugins", "roles"]
+SHIPPED_DIRS = ["docs", "extensions", "meta", "playbooks", "plugins", "roles"]
 # Path components and file names that must never ship, anywhere (the project's own top-level files, galaxy.yml,
 # requirements*, execution-environment.yml, are kept out by ALLOWED_TOP).
 FORBIDDEN_PARTS = {

@@ -92,6 +92,13 @@ def test_the_imported_playbook_takes_the_list_of_the_playbook_run(tmp_path):
     # A recover.yml elsewhere (an operator's own) does not widen deploy.yml's list.
     assert pi.entry_playbook("deploy.yml", books, [str(tmp_path / "recover.yml")], load) == "deploy.yml"
     assert pi.entry_playbook("plan.yml", books, [os.path.join(books, "recover.yml")], load) == "plan.yml"
+    # By FQCN (ansible-playbook inferops.gpu_inference.recover, as ansible-rulebook's run_playbook starts it).
+    assert pi.entry_playbook("deploy.yml", books, ["inferops.gpu_inference.recover"], load) == "recover.yml"
+    assert pi.entry_playbook("deploy.yml", books, ["inferops.gpu_inference.recover.yml"], load) == "recover.yml"
+    assert pi.entry_playbook("deploy.yml", str(tmp_path), ["inferops.gpu_inference.recover"], load) == "deploy.yml"
+    assert pi.entry_playbook("deploy.yml", books, ["other.coll.recover"], load) == "deploy.yml"
+    assert pi.run_entry(["inferops.gpu_inference.recover"]) == "recover.yml"
+    assert pi.collection_playbook("inferops.gpu_inference.site") is None
 
 
 def test_every_play_starts_with_the_check():

@@ -1,0 +1,221 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Unattended recovery's decisions (Event-Driven Ansible), in one place: which containers are watched (the
+inventory's, nothing else), which diagnosis of one container is a fault that needs the ladder (``faults``), and when a
+fault becomes an event (``Policy``: debounce, one event per container until it is seen fixed or the cool-down ends,
+a budget of recoveries per container per window, then one alert and no more events for that container).
+
+The diagnosis is gpu_diagnose's result (verdict, reasons, findings, evidence decided by recover_gate.judge); this file
+adds no second gate: it only says which of the gate's findings mean "a person would run recover.yml now" and which are
+a server at work (a running service holding its GPUs is Not clean for the ladder, but it is not a fault).
+
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_eda_watch.py. Used by the event source
+extensions/eda/plugins/event_source/gpu_watch.py (docs/recover.md, "Unattended recovery").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+# Fault kinds, each with the gate's finding it comes from.
+KIND_HELD_NO_PROCESS = "gpu_memory_held_without_process"
+KIND_HOLDERS_WITHOUT_SERVICE = "gpu_held_outside_service"
+KIND_STUCK = "stuck_processes"
+KIND_REBOOT_SIGNAL = "reboot_signal"
+KIND_RESET_ASKED = "gpu_reset_asked"
+KIND_OOM_KILL = "cgroup_oom_kill"
+KIND_SERVICE_FAILED = "service_failed"
+
+ACTION_RECOVER = "recover"
+ACTION_ALERT = "alert_budget_exhausted"
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One container of the inventory: its inventory host, VMID, node and whether a recovery may relaunch it."""
+
+    host: str
+    vmid: int
+    node_host: str
+    relaunch: bool = False
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def watched_containers(inventory: Mapping[str, Any]) -> list[Watched]:
+    """The containers of ``ansible-inventory --list`` output to watch: every host of the group sglang_containers,
+    with its VMID (pve_gpu_container_vmid, else proxmox_vmid) and node (pve_gpu_container_node_host, else the first
+    host of proxmox_nodes), as deploy.yml and recover.yml place it. ``gpu_recover_eda_relaunch: true`` on the
+    container's host lets a recovery relaunch it. A container with no VMID or no node is refused (ValueError)."""
+    hostvars = (inventory.get("_meta") or {}).get("hostvars") or {}
+
+    def members(group: str, seen: Optional[set] = None) -> list[str]:
+        seen = set() if seen is None else seen
+        if group in seen:
+            return []
+        seen.add(group)
+        g = inventory.get(group) or {}
+        out = list(g.get("hosts") or [])
+        for child in g.get("children") or []:
+            out += [h for h in members(child, seen) if h not in out]
+        return out
+
+    nodes = members("proxmox_nodes")
+    out: list[Watched] = []
+    for host in members("sglang_containers"):
+        hv = hostvars.get(host) or {}
+        vmid = hv.get("pve_gpu_container_vmid", hv.get("proxmox_vmid"))
+        node = hv.get("pve_gpu_container_node_host") or (nodes[0] if nodes else None)
+        if not str(vmid or "").isdigit() or int(vmid) < 100:
+            raise ValueError("%s: no VMID (proxmox_vmid or pve_gpu_container_vmid, an integer >= 100): %r" % (host, vmid))
+        if not node:
+            raise ValueError("%s: no node (pve_gpu_container_node_host, or a host in proxmox_nodes)" % host)
+        out.append(Watched(host=host, vmid=int(vmid), node_host=str(node),
+                           relaunch=_bool(hv.get("gpu_recover_eda_relaunch", False))))
+    vmids = [w.vmid for w in out]
+    dup = sorted({v for v in vmids if vmids.count(v) > 1})
+    if dup:
+        raise ValueError("VMID(s) %s declared by more than one container host" % dup)
+    return out
+
+
+def declared(watched: Sequence[Watched]) -> list[dict[str, Any]]:
+    """gpu_diagnose's ``declared`` option: every watched container, as recover.yml passes it."""
+    return [{"host": w.host, "vmid": w.vmid, "node_host": w.node_host} for w in watched]
+
+
+def faults(diag: Mapping[str, Any], previous_oom_kills: Optional[int]) -> list[tuple[str, str]]:
+    """The faults one diagnosis shows, as (kind, why) pairs, empty when the container needs no ladder.
+
+    From gpu_diagnose's ``findings`` and ``evidence`` (recover_gate.judge decided them): GPU memory above the baseline
+    with no process of the container; GPU holders of the container while its service is not active (escaped
+    workers); processes stuck in every sample; a reboot signal (Xid 48/79/119/120/154, GPU lost, recovery action
+    Reboot) or a GPU reset the driver asks for; the container's cgroup OOM-kill counter higher than at the previous
+    poll (``previous_oom_kills``; None: first poll, nothing to compare); the service failed (ActiveState failed).
+    A running service with its GPUs in use is not a fault, nor a container without a baseline, nor a clean one."""
+    f = diag.get("findings") or {}
+    ev = diag.get("evidence") or {}
+    reasons = "; ".join(diag.get("reasons") or []) or "no reason given"
+    out: list[tuple[str, str]] = []
+    if f.get("gpu_excess_without_process"):
+        out.append((KIND_HELD_NO_PROCESS, "GPU memory held with no live process of the container: " + reasons))
+    if (f.get("holders") or 0) > 0 and not f.get("service_active"):
+        out.append((KIND_HOLDERS_WITHOUT_SERVICE, "%d process(es) of the container hold its GPUs while the service "
+                    "is not active: %s" % (f["holders"], reasons)))
+    if (f.get("stuck") or 0) > 0:
+        out.append((KIND_STUCK, "%d process(es) stuck in every sample: %s" % (f["stuck"], reasons)))
+    if f.get("reboot_signals"):
+        out.append((KIND_REBOOT_SIGNAL, "reboot signal: %s" % "; ".join(f["reboot_signals"])))
+    if f.get("recovery_reset"):
+        out.append((KIND_RESET_ASKED, "the driver asks for a GPU reset (gpu_recovery_action): " + reasons))
+    kills = oom_kills(diag)
+    if kills is not None and previous_oom_kills is not None and kills > previous_oom_kills:
+        out.append((KIND_OOM_KILL, "the container's cgroup OOM-killed %d process(es) since the last poll"
+                    % (kills - previous_oom_kills)))
+    service = ev.get("service") or {}
+    if service.get("active_state") == "failed":
+        out.append((KIND_SERVICE_FAILED, "%s failed (%s)" % (service.get("name", "the service"),
+                                                             service.get("sub_state") or "failed")))
+    return out
+
+
+def oom_kills(diag: Mapping[str, Any]) -> Optional[int]:
+    """The container cgroup's oom_kill counter in a diagnosis (None when unread)."""
+    mem = ((diag.get("evidence") or {}).get("container") or {}).get("memory") or {}
+    value = mem.get("oom_kills")
+    return int(value) if isinstance(value, int) else None
+
+
+@dataclass
+class _State:
+    first_seen: Optional[float] = None       # when the current fault (its kinds) was first seen
+    kinds: tuple = ()
+    emitted_at: Optional[float] = None       # the last recover event, until the container is seen without a fault
+    recoveries: list = field(default_factory=list)   # times of the recover events in the window
+    exhausted: bool = False
+    oom_kills: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """debounce_s: the same fault must be seen twice at least this far apart; cooldown_s: after a recover event, no
+    other for that container until it is seen without a fault, or this long has passed (the ladder's own ceiling by
+    default: docs/recover.md, 1615 s); budget: at most this many recover events per container in budget_window_s,
+    then one alert and nothing more for that container until the rulebook is restarted."""
+
+    debounce_s: float = 30.0
+    cooldown_s: float = 1800.0
+    budget: int = 3
+    budget_window_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("debounce_s", "cooldown_s", "budget_window_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError("%s must be a number of seconds >= 0, got %r" % (name, value))
+        if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
+            raise ValueError("budget must be an integer >= 1 (recoveries per window), got %r" % (self.budget,))
+
+
+class Policy:
+    """Turns the diagnoses of each watched container into events; holds no other state than this class's."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.settings = settings
+        self._state: dict[int, _State] = {}
+
+    def observe(self, watched: Watched, diag: Mapping[str, Any], now: float) -> Optional[dict[str, Any]]:
+        """One diagnosis of ``watched`` at ``now`` (seconds): the event to emit, or None."""
+        st = self._state.setdefault(watched.vmid, _State())
+        found = faults(diag, st.oom_kills)
+        kills = oom_kills(diag)
+        if kills is not None:
+            st.oom_kills = kills
+        if not found:
+            st.first_seen, st.kinds, st.emitted_at = None, (), None
+            return None
+        kinds = tuple(sorted({k for k, _why in found}))
+        oom = KIND_OOM_KILL in kinds
+        if kinds != st.kinds and not (oom and st.first_seen is not None):
+            st.first_seen, st.kinds = now, kinds
+        if st.exhausted:
+            return None
+        if st.emitted_at is not None and now - st.emitted_at < self.settings.cooldown_s:
+            return None
+        # An OOM kill is an event in the kernel's counter, seen once: it needs no second sighting.
+        if not oom and (st.first_seen is None or now - st.first_seen < self.settings.debounce_s):
+            return None
+        st.recoveries = [t for t in st.recoveries if now - t < self.settings.budget_window_s]
+        event = {
+            "inferops_gpu_watch": True,
+            "host": watched.host,
+            "vmid": watched.vmid,
+            "node": watched.node_host,
+            "kinds": list(kinds),
+            "reasons": [why for _kind, why in found],
+            "verdict": diag.get("verdict"),
+            "recommended_rung": diag.get("recommended_rung"),
+            "recommended_rung_name": diag.get("recommended_rung_name"),
+            "first_seen": st.first_seen,
+            "detected_at": now,
+        }
+        if len(st.recoveries) >= self.settings.budget:
+            st.exhausted = True
+            event.update(action=ACTION_ALERT, relaunch=False, recoveries_in_window=len(st.recoveries),
+                         message=("CT %d on %s: fault again after %d recover run(s) within %d s (budget %d): no more "
+                                  "unattended recovery for it until the rulebook is restarted; a person must look: %s"
+                                  % (watched.vmid, watched.node_host, len(st.recoveries),
+                                     self.settings.budget_window_s, self.settings.budget, "; ".join(event["reasons"]))))
+            return event
+        st.recoveries.append(now)
+        st.emitted_at = now
+        event.update(action=ACTION_RECOVER, relaunch=watched.relaunch, recoveries_in_window=len(st.recoveries),
+                     message="CT %d on %s needs recovery (%s): %s" % (watched.vmid, watched.node_host, ", ".join(kinds),
+                                                                      "; ".join(event["reasons"])))
+        return event

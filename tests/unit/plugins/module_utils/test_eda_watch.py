@@ -1,0 +1,142 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""eda_watch: which containers are watched, which diagnosis is a fault, and when a fault becomes an event."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch as ew
+
+INV = {
+    "_meta": {"hostvars": {
+        "pve1": {}, "ct129": {"proxmox_vmid": 129}, "ct132": {"proxmox_vmid": "132", "gpu_recover_eda_relaunch": "true"},
+        "ct140": {"pve_gpu_container_vmid": 140, "proxmox_vmid": 999, "pve_gpu_container_node_host": "pve2"},
+    }},
+    "all": {"children": ["ungrouped", "proxmox_nodes", "sglang_containers"]},
+    "proxmox_nodes": {"hosts": ["pve1", "pve2"]},
+    "sglang_containers": {"hosts": ["ct129", "ct132"], "children": ["more"]},
+    "more": {"hosts": ["ct140"]},
+}
+
+W129 = ew.Watched("ct129", 129, "pve1", False)
+
+
+def diag(**findings):
+    ev = findings.pop("evidence", {})
+    base = {"gpu_excess_without_process": False, "holders": 0, "stuck": 0, "reboot_signals": [],
+            "recovery_reset": False, "service_active": False}
+    base.update(findings)
+    return {"verdict": "Not clean", "reasons": ["r1"], "findings": base, "evidence": ev,
+            "recommended_rung": 2, "recommended_rung_name": "kill_holders"}
+
+
+def oom(n):
+    return diag(evidence={"container": {"memory": {"oom_kills": n}}})
+
+
+def test_watched_containers_from_the_inventory_only():
+    w = ew.watched_containers(INV)
+    assert w == [ew.Watched("ct129", 129, "pve1", False), ew.Watched("ct132", 132, "pve1", True),
+                 ew.Watched("ct140", 140, "pve2", False)]
+    assert ew.declared(w)[0] == {"host": "ct129", "vmid": 129, "node_host": "pve1"}
+
+
+@pytest.mark.parametrize("hv,msg", [({"proxmox_vmid": "x"}, "no VMID"), ({"proxmox_vmid": 50}, "no VMID")])
+def test_bad_vmid_refused(hv, msg):
+    inv = {"_meta": {"hostvars": {"c": hv}}, "proxmox_nodes": {"hosts": ["n"]}, "sglang_containers": {"hosts": ["c"]}}
+    with pytest.raises(ValueError, match=msg):
+        ew.watched_containers(inv)
+
+
+def test_duplicate_vmid_and_no_node_refused():
+    inv = {"_meta": {"hostvars": {"a": {"proxmox_vmid": 129}, "b": {"proxmox_vmid": 129}}},
+           "proxmox_nodes": {"hosts": ["n"]}, "sglang_containers": {"hosts": ["a", "b"]}}
+    with pytest.raises(ValueError, match="more than one"):
+        ew.watched_containers(inv)
+    inv = {"_meta": {"hostvars": {"a": {"proxmox_vmid": 129}}}, "sglang_containers": {"hosts": ["a"]}}
+    with pytest.raises(ValueError, match="no node"):
+        ew.watched_containers(inv)
+
+
+def test_a_serving_container_is_not_a_fault():
+    # A running service holding its GPUs is Not clean for the ladder (rung 1) but not a fault.
+    assert ew.faults(diag(service_active=True, holders=2), None) == []
+    assert ew.faults({"verdict": "Clean", "findings": {}, "evidence": {}}, None) == []
+
+
+def test_each_fault_kind():
+    def kinds(d, prev=None):
+        return [k for k, _why in ew.faults(d, prev)]
+
+    assert kinds(diag(gpu_excess_without_process=True)) == [ew.KIND_HELD_NO_PROCESS]
+    assert kinds(diag(holders=2)) == [ew.KIND_HOLDERS_WITHOUT_SERVICE]
+    assert kinds(diag(stuck=1, service_active=True, holders=3)) == [ew.KIND_STUCK]
+    assert kinds(diag(reboot_signals=["Xid 79"])) == [ew.KIND_REBOOT_SIGNAL]
+    assert kinds(diag(recovery_reset=True)) == [ew.KIND_RESET_ASKED]
+    assert kinds(diag(evidence={"service": {"active_state": "failed", "name": "sglang.service"}})) == [ew.KIND_SERVICE_FAILED]
+    assert kinds(oom(3), 2) == [ew.KIND_OOM_KILL]
+    assert kinds(oom(3), None) == [] and kinds(oom(3), 3) == []
+
+
+def test_debounce_then_one_event_until_fixed():
+    p = ew.Policy(ew.PolicySettings(debounce_s=10, cooldown_s=100, budget=3, budget_window_s=3600))
+    d = diag(gpu_excess_without_process=True)
+    assert p.observe(W129, d, 0) is None        # first sighting
+    assert p.observe(W129, d, 5) is None        # not a grace apart yet
+    e = p.observe(W129, d, 10)
+    assert e["action"] == ew.ACTION_RECOVER and e["vmid"] == 129 and e["relaunch"] is False
+    assert e["kinds"] == [ew.KIND_HELD_NO_PROCESS] and "GPU memory held" in e["reasons"][0]
+    assert p.observe(W129, d, 20) is None       # in flight (still faulty, cool-down)
+    assert p.observe(W129, diag(), 30) is None  # fixed
+    assert p.observe(W129, d, 40) is None       # back: debounce again
+    assert p.observe(W129, d, 50)["action"] == ew.ACTION_RECOVER
+
+
+def test_a_transient_fault_makes_no_event():
+    p = ew.Policy(ew.PolicySettings(debounce_s=10))
+    assert p.observe(W129, diag(stuck=1), 0) is None
+    assert p.observe(W129, diag(), 5) is None
+    assert p.observe(W129, diag(stuck=1), 12) is None
+
+
+def test_cooldown_ends_for_a_fault_that_stays():
+    p = ew.Policy(ew.PolicySettings(debounce_s=0, cooldown_s=100, budget=5))
+    d = diag(stuck=1)
+    assert p.observe(W129, d, 0)["action"] == ew.ACTION_RECOVER
+    assert p.observe(W129, d, 99) is None
+    assert p.observe(W129, d, 100)["action"] == ew.ACTION_RECOVER
+
+
+def test_budget_then_one_alert_then_nothing():
+    p = ew.Policy(ew.PolicySettings(debounce_s=0, cooldown_s=0, budget=2, budget_window_s=3600))
+    d = diag(holders=1)
+    assert p.observe(W129, d, 0)["action"] == ew.ACTION_RECOVER
+    assert p.observe(W129, d, 10)["action"] == ew.ACTION_RECOVER
+    alert = p.observe(W129, d, 20)
+    assert alert["action"] == ew.ACTION_ALERT and alert["relaunch"] is False
+    assert "no more unattended recovery" in alert["message"]
+    for t in (30, 4000, 9000):
+        assert p.observe(W129, d, t) is None
+    # Another container keeps its own budget.
+    assert p.observe(ew.Watched("ct132", 132, "pve1", True), d, 30)["relaunch"] is True
+
+
+def test_budget_window_slides():
+    p = ew.Policy(ew.PolicySettings(debounce_s=0, cooldown_s=0, budget=1, budget_window_s=100))
+    d = diag(holders=1)
+    assert p.observe(W129, d, 0)["action"] == ew.ACTION_RECOVER
+    assert p.observe(W129, diag(), 50) is None
+    assert p.observe(W129, d, 101)["action"] == ew.ACTION_RECOVER
+
+
+def test_oom_kill_needs_no_second_sighting():
+    p = ew.Policy(ew.PolicySettings(debounce_s=60))
+    assert p.observe(W129, oom(0), 0) is None
+    e = p.observe(W129, oom(1), 5)
+    assert e["action"] == ew.ACTION_RECOVER and e["kinds"] == [ew.KIND_OOM_KILL]
+
+
+@pytest.mark.parametrize("kw", [{"budget": 0}, {"budget": True}, {"debounce_s": -1}, {"cooldown_s": "x"}])
+def test_bad_settings_refused(kw):
+    with pytest.raises(ValueError):
+        ew.PolicySettings(**kw)
