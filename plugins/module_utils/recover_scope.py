@@ -102,3 +102,58 @@ def describe_conflict(conflict: Mapping[str, Any]) -> str:
     return "GPU(s) %s are passed to running %s: a reset would take them from under it" % (
         list(conflict["gpus"]), ", ".join("CT %d (GPU %s)" % (v, ", ".join(str(g) for g in gpus))
                                           for v, gpus in conflict["containers"].items()))
+
+
+def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[str, Any]:
+    """The containers recover.yml acts on for ``recover_vmid``: that one, or every container of its multi-node server.
+
+    ``containers`` are the inventory's GPU containers, each {"host", "vmid", "node_host", "cluster_group",
+    "cluster"}: ``cluster`` is the hosts of its sglang_server_cluster_group in inventory order (the node ranks), empty
+    when it has none. A server over several containers is one server (docs/recover.md, "A server on several nodes"):
+    recovering one half leaves the other half's ranks blocked in a collective that never completes (or failing the
+    server on their own), so every container of the group is recovered, each on its own node, and relaunched
+    together. Returns {"group": name or None, "targets": [{"host", "vmid", "node_host", "node_rank"}]}: no target
+    when the inventory does not declare the VMID (the scope check of each node then decides, with the override).
+    """
+    wanted = _vmid(vmid)
+    if wanted is None:
+        raise ScopeError("recover_vmid must be a container's VMID (an integer >= 100), got %r. Nothing has been changed." % (vmid,))
+    entries = [dict(e) for e in containers or []]
+    by_host = {str(e.get("host")): e for e in entries}
+    mine = [e for e in entries if _vmid(e.get("vmid")) == wanted]
+    if not mine:
+        return {"group": None, "targets": []}
+    if len(mine) > 1:
+        raise ScopeError("CT %d is declared by %d container hosts (%s); VMIDs are unique in a Proxmox VE cluster, so "
+                         "the inventory is wrong: keep one. Nothing has been changed."
+                         % (wanted, len(mine), ", ".join(sorted(str(e.get("host")) for e in mine))))
+    target = mine[0]
+    members = [str(h) for h in target.get("cluster") or []]
+    if len(members) <= 1:
+        return {"group": None, "targets": [_target(target, 0)]}
+    group = str(target.get("cluster_group") or "")
+    targets = []
+    for rank, host in enumerate(members):
+        entry = by_host.get(host)
+        if entry is None or _vmid(entry.get("vmid")) is None:
+            raise ScopeError(
+                "CT %d is node rank %d of the server %s (%s), whose host %s is not a GPU container with a VMID in "
+                "the inventory (a host of sglang_containers with proxmox_vmid): recover.yml recovers the whole "
+                "server, so fix the inventory first. Nothing has been changed."
+                % (wanted, members.index(str(target.get("host"))), group, ", ".join(members), host))
+        targets.append(_target(entry, rank))
+    nodes: dict[str, str] = {}
+    for t in targets:
+        if t["node_host"] in nodes:
+            raise ScopeError(
+                "the server %s has two containers on node %s (%s and %s): recover.yml recovers one container per node "
+                "in one run, and a server over several containers puts each on its own node (one container can have "
+                "every GPU of a node). Recover each with -e recover_node=%s -e recover_vmid=<VMID>. Nothing has "
+                "been changed." % (group, t["node_host"], nodes[t["node_host"]], t["host"], t["node_host"]))
+        nodes[t["node_host"]] = t["host"]
+    return {"group": group, "targets": targets}
+
+
+def _target(entry: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    return {"host": str(entry.get("host")), "vmid": _vmid(entry.get("vmid")),
+            "node_host": str(entry.get("node_host") or ""), "node_rank": rank}

@@ -68,3 +68,62 @@ def test_reset_conflicts_refuse_a_group_with_another_containers_gpu():
     assert rs.reset_conflicts([[0], [1]], 129, {130: [2]}) == []
     # The target's own devN never conflicts with itself.
     assert rs.reset_conflicts([[0]], 129, {129: [0]}) == []
+
+
+# recover_targets: a container of a multi-node server brings the whole server (docs/recover.md, "A server on several nodes")
+KIMI = ["ct201", "ct202"]
+INVENTORY = [
+    {"host": "ct129", "vmid": 129, "node_host": "pve1", "cluster_group": "", "cluster": []},
+    {"host": "ct201", "vmid": "201", "node_host": "pve2", "cluster_group": "kimi_tp16", "cluster": KIMI},
+    {"host": "ct202", "vmid": 202, "node_host": "pve3", "cluster_group": "kimi_tp16", "cluster": KIMI},
+]
+
+
+def test_a_single_container_is_its_own_target():
+    assert rs.recover_targets(INVENTORY, "129") == {
+        "group": None, "targets": [{"host": "ct129", "vmid": 129, "node_host": "pve1", "node_rank": 0}]}
+
+
+@pytest.mark.parametrize("vmid", [201, 202])
+def test_either_half_of_a_server_brings_every_container_in_node_rank_order(vmid):
+    assert rs.recover_targets(INVENTORY, vmid) == {"group": "kimi_tp16", "targets": [
+        {"host": "ct201", "vmid": 201, "node_host": "pve2", "node_rank": 0},
+        {"host": "ct202", "vmid": 202, "node_host": "pve3", "node_rank": 1}]}
+
+
+def test_a_group_of_one_is_a_single_container():
+    one = [dict(INVENTORY[1], cluster=["ct201"])]
+    assert rs.recover_targets(one, 201)["group"] is None
+
+
+def test_an_undeclared_vmid_has_no_target():
+    assert rs.recover_targets(INVENTORY, 130) == {"group": None, "targets": []}
+
+
+@pytest.mark.parametrize("vmid", ["", "abc", 99, None, "12x"])
+def test_a_bad_vmid_is_refused(vmid):
+    with pytest.raises(rs.ScopeError, match="recover_vmid must be a container's VMID"):
+        rs.recover_targets(INVENTORY, vmid)
+
+
+def test_a_vmid_declared_twice_is_refused():
+    twice = INVENTORY + [{"host": "ct201b", "vmid": 201, "node_host": "pve1", "cluster_group": "", "cluster": []}]
+    with pytest.raises(rs.ScopeError, match=r"CT 201 is declared by 2 container hosts \(ct201, ct201b\)"):
+        rs.recover_targets(twice, 201)
+
+
+def test_a_member_without_a_vmid_is_refused():
+    broken = [INVENTORY[1], dict(INVENTORY[2], vmid=None)]
+    with pytest.raises(rs.ScopeError, match="whose host ct202 is not a GPU container with a VMID"):
+        rs.recover_targets(broken, 201)
+    missing = [INVENTORY[1]]
+    with pytest.raises(rs.ScopeError, match="whose host ct202 is not"):
+        rs.recover_targets(missing, 201)
+
+
+def test_two_members_on_one_node_are_refused_with_what_to_do():
+    same = [INVENTORY[1], dict(INVENTORY[2], node_host="pve2")]
+    with pytest.raises(rs.ScopeError) as exc:
+        rs.recover_targets(same, 202)
+    assert "two containers on node pve2 (ct201 and ct202)" in str(exc.value)
+    assert "-e recover_node=pve2" in str(exc.value)
