@@ -124,7 +124,7 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
     if not mine:
         return {"group": None, "targets": []}
     if len(mine) > 1:
-        raise ScopeError("CT %d is declared by %d container hosts (%s); VMIDs are unique in a Proxmox VE cluster, so "
+        raise ScopeError("CT %s is declared by %d container hosts (%s); VMIDs are unique in a Proxmox VE cluster, so "
                          "the inventory is wrong: keep one. Nothing has been changed."
                          % (wanted, len(mine), ", ".join(sorted(str(e.get("host")) for e in mine))))
     target = mine[0]
@@ -137,7 +137,7 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
         entry = by_host.get(host)
         if entry is None or _vmid(entry.get("vmid")) is None:
             raise ScopeError(
-                "CT %d is node rank %d of the server %s (%s), whose host %s is not a GPU container with a VMID in "
+                "CT %s is node rank %d of the server %s (%s), whose host %s is not a GPU container with a VMID in "
                 "the inventory (a host of sglang_containers with proxmox_vmid): recover.yml recovers the whole "
                 "server, so fix the inventory first. Nothing has been changed."
                 % (wanted, members.index(str(target.get("host"))), group, ", ".join(members), host))
