@@ -70,7 +70,7 @@ property: setup
 	  HICACHE_PROPERTY_MIN_PLANNED=$(PROPERTY_MIN_PLANNED) "$(BIN)/python" -m pytest -q -p no:cacheprovider tests/unit/plugins/test_hicache_property.py
 
 # Tests that need neither root nor the lab (the SGLang stand-in's arithmetic and the simulated PVE node's rules, in-process).
-PURE_TESTS := tests/lab/test_sglang_units.py tests/lab/test_pve_units.py
+PURE_TESTS := tests/lab/test_sglang_units.py tests/lab/test_pve_units.py tests/lab/test_gpu_units.py
 pure: setup
 	"$(BIN)/python" -m pytest -q -p no:cacheprovider $(PURE_TESTS)
 

@@ -38,6 +38,7 @@ SOCK_DIR = "/run/nvidia-lab"
 SOCK_PATH = SOCK_DIR + "/driver.sock"
 RUN_DIR = "/run/inferops-lab/gpu"
 STATE_PATH = RUN_DIR + "/driverd-state.json"
+DEV_DIR = "/dev"
 # The values nvidia-smi prints for gpu_recovery_action (NVML nvmlDeviceGpuRecoveryAction_t, NVIDIA's Error Recovery
 # and Response Flags, docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt: None, Reset, Reboot, Drain P2P, and
 # Drain and Reset from NVML's enum).
@@ -60,6 +61,8 @@ DEFAULTS = {
     # What `nvidia-smi topo -m` shows: "pcie" (2 sockets x 4 GPUs, no NVLink, as _BUSES) or "nvswitch" (an HGX
     # board: every GPU pair joined by 18 NVLinks through the NVSwitches).
     "topology": "pcie",
+    # The GPUs of the lab's second PVE node (docs/lab.md, "GPUs of pve2"): a driver daemon of their own.
+    "pve2_gpu_count": 4,
 }
 _ENV = {
     "gpu_count": ("LABGPU_COUNT", int),
@@ -72,7 +75,27 @@ _ENV = {
     "persistence_mode": ("LABGPU_PERSISTENCE_MODE", str),
     "uvm_major": ("LABGPU_UVM_MAJOR", int),
     "topology": ("LABGPU_TOPOLOGY", str),
+    "pve2_gpu_count": ("LABGPU_PVE2_COUNT", int),
 }
+
+
+def node_paths(node):
+    """Where the driver of a lab node keeps its socket, state and device nodes, as the daemon (on the machine's
+    own mount namespace) sees them. pve1 is the machine's own node; another node's directory is what its mount
+    namespace shows at /run/nvidia-lab and its nodes what it shows at /dev/nvidia* (tests/lab/pve/nodens.py)."""
+    if node == "pve1":
+        return {"sock_dir": SOCK_DIR, "state": STATE_PATH, "dev_dir": DEV_DIR}
+    root = "/run/inferops-lab/" + node
+    return {"sock_dir": root + "/nvidia-lab", "state": RUN_DIR + "/driverd-state-%s.json" % node,
+            "dev_dir": root + "/dev"}
+
+
+def node_config(cfg, node):
+    """The daemon configuration of one node: pve1 has gpu_count GPUs, pve2 pve2_gpu_count."""
+    out = dict(cfg, node=node)
+    if node != "pve1":
+        out["gpu_count"] = int(cfg["pve2_gpu_count"])
+    return out
 
 
 def load_config(path=None):
@@ -98,7 +121,11 @@ def gpu_static(cfg, index):
         bus = _BUSES[index]
     else:
         bus = "%02X" % ((0xC0 + index) & 0xFF)
-    h = hashlib.sha256(("inferops-lab-gpu-%d-%s" % (index, cfg["name"])).encode()).hexdigest()
+    # Another node's GPUs sit at the same bus ids (the same server model) but are other boards: their own UUIDs.
+    node = cfg.get("node", "pve1")
+    seed = "inferops-lab-gpu-%d-%s" % (index, cfg["name"]) if node == "pve1" else \
+        "inferops-lab-gpu-%s-%d-%s" % (node, index, cfg["name"])
+    h = hashlib.sha256(seed.encode()).hexdigest()
     uuid = "GPU-%s-%s-%s-%s-%s" % (h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
     return {
         "index": index,
@@ -156,8 +183,15 @@ def process_name(pid):
         return "[Not Found]"
 
 
+def node_id(st):
+    """What identifies a GPU's device node: the node file itself (filesystem and inode), which bind mounts keep.
+    Two lab nodes on one machine have GPU nodes with the same numbers (195:N), so the number alone cannot say whose
+    GPU a process holds; on one node, where each GPU has one node file, this is the same as matching st_rdev."""
+    return (st.st_dev, st.st_ino)
+
+
 def _fd_holds(fd_dir, rdevs):
-    """Set of rdevs (from `rdevs`) that some fd in fd_dir points at."""
+    """Set of node ids (from `rdevs`, see node_id) that some fd in fd_dir points at."""
     found = set()
     try:
         names = os.listdir(fd_dir)
@@ -175,13 +209,13 @@ def _fd_holds(fd_dir, rdevs):
             st = os.stat(p)
         except OSError:
             continue
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev in rdevs:
-            found.add(st.st_rdev)
+        if stat.S_ISCHR(st.st_mode) and node_id(st) in rdevs:
+            found.add(node_id(st))
     return found
 
 
 def held_rdevs(pid, start, rdevs):
-    """Which of `rdevs` the process (pid, start) still holds open through a live (non-zombie) task.
+    """Which of `rdevs` (node ids) the process (pid, start) still holds open through a live (non-zombie) task.
 
     A zombie leader whose other threads still live keeps the files (threads share the fd table),
     which is why the tasks are examined one by one."""
@@ -255,6 +289,7 @@ def cap_sys_admin(pid):
 class Driver:
     def __init__(self, cfg):
         self.cfg = cfg
+        self.paths = node_paths(cfg.get("node", "pve1"))
         self.gpus = [gpu_static(cfg, i) for i in range(int(cfg["gpu_count"]))]
         self.pm = [cfg["persistence_mode"]] * len(self.gpus)
         self.allocs = {}          # handle -> dict
@@ -273,7 +308,7 @@ class Driver:
     # ---- persistence of state across a daemon restart
     def load(self):
         try:
-            with open(STATE_PATH) as f:
+            with open(self.paths["state"]) as f:
                 s = json.load(f)
         except (OSError, ValueError):
             return
@@ -290,16 +325,23 @@ class Driver:
 
     def save(self):
         os.makedirs(RUN_DIR, exist_ok=True)
-        tmp = STATE_PATH + ".tmp"
+        tmp = self.paths["state"] + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"driver_version": self.cfg["driver_version"], "pm": self.pm, "allocs": self.allocs,
                        "driver_held": self.driver_held, "seq": self.seq, "recovery": self.recovery,
                        "gpu_faults": self.gpu_faults}, f)
-        os.replace(tmp, STATE_PATH)
+        os.replace(tmp, self.paths["state"])
 
-    @staticmethod
-    def rdev(gpu):
-        return os.makedev(NVIDIA_MAJOR, gpu)
+    def gpu_node(self, gpu):
+        """The node id (node_id) of this driver's /dev/nvidia<gpu>: the node file in its node's device directory,
+        195:<gpu>; None when there is none (the GPU cannot be opened)."""
+        try:
+            st = os.stat("%s/nvidia%d" % (self.paths["dev_dir"], gpu))
+        except OSError:
+            return None
+        if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(NVIDIA_MAJOR, gpu):
+            return None
+        return node_id(st)
 
     # ---- liveness
     def log_xid(self, gpu, xid, pid, text):
@@ -318,14 +360,15 @@ class Driver:
         changed = False
         cache = {}
         logged = set()
+        nodes = {g["index"]: self.gpu_node(g["index"]) for g in self.gpus}
+        want = {n for n in nodes.values() if n is not None}
         for h, a in list(self.allocs.items()):
             if a.get("retained"):
                 continue
             key = (a["pid"], a["start"])
             if key not in cache:
-                want = {self.rdev(g["index"]) for g in self.gpus}
                 cache[key] = held_rdevs(a["pid"], a["start"], want)
-            if self.rdev(a["gpu"]) in cache[key]:
+            if nodes.get(a["gpu"]) in cache[key]:
                 continue
             changed = True
             if str(a["pidns"]) in self.driver_held:
@@ -433,7 +476,8 @@ class Driver:
         st = proc_stat(pid)
         if st is None:
             return {"ok": False, "error": "caller vanished"}
-        if self.rdev(gpu) not in held_rdevs(pid, st[1], {self.rdev(gpu)}):
+        node = self.gpu_node(gpu)
+        if node is None or node not in held_rdevs(pid, st[1], {node}):
             return {"ok": False, "error": "no CUDA-capable device is detected (cudaErrorNoDevice): the calling "
                     "process (host pid %d) has no open /dev/nvidia%d" % (pid, gpu)}
         if gpu in self.gpu_faults["lost"]:
@@ -494,7 +538,8 @@ class Driver:
                 failed.append({"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"],
                                "reason": "GPU is lost. Reboot the system to recover this GPU", "pids": []})
                 continue
-            users = device_openers(self.rdev(i))
+            node = self.gpu_node(i)
+            users = device_openers(node) if node is not None else []
             users += [a["pid"] for a in self.allocs.values() if a["gpu"] == i and not a.get("retained")]
             if self.pm[i] == "Enabled" or users:
                 failed.append({"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"],
@@ -588,17 +633,19 @@ class Driver:
 
 def serve(cfg):
     drv = Driver(cfg)
-    os.makedirs(SOCK_DIR, exist_ok=True)
-    os.chmod(SOCK_DIR, 0o755)
+    sock_dir = drv.paths["sock_dir"]
+    sock_path = sock_dir + "/driver.sock"
+    os.makedirs(sock_dir, exist_ok=True)
+    os.chmod(sock_dir, 0o755)
     try:
-        os.unlink(SOCK_PATH)
+        os.unlink(sock_path)
     except FileNotFoundError:
         pass
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0)
-    srv.bind(SOCK_PATH)
+    srv.bind(sock_path)
     os.umask(old)
-    os.chmod(SOCK_PATH, 0o666)
+    os.chmod(sock_path, 0o666)
     srv.listen(64)
     srv.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -612,14 +659,15 @@ def serve(cfg):
         raise SystemExit(0)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    sys.stdout.write("driverd: serving %d GPU(s), driver %s, on %s\n" % (len(drv.gpus), cfg["driver_version"], SOCK_PATH))
+    sys.stdout.write("driverd: serving %d GPU(s) of %s, driver %s, on %s\n" % (
+        len(drv.gpus), cfg.get("node", "pve1"), cfg["driver_version"], sock_path))
     sys.stdout.flush()
     try:
         loop(srv, sel, bufs, drv, running)
     except SystemExit:
         pass
     try:
-        os.unlink(SOCK_PATH)
+        os.unlink(sock_path)
     except OSError:
         pass
     drv.save()

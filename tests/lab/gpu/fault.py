@@ -15,8 +15,10 @@
 
 Containers are LXC containers named by VMID (entered with lxc-attach; `--lxcpath` or LABGPU_LXCPATH
 for a non-default lxc path).  Injected faults are recorded in /run/inferops-lab/gpu/faults.json.
+A CT of pve2 (its config in /etc/pve/nodes/pve2/lxc) has pve2's GPUs: its faults go to pve2's driver daemon.
 """
 import argparse
+import glob
 import json
 import os
 import signal
@@ -92,13 +94,19 @@ def attach(vmid, cmd, stdin=None, check=True, timeout=60):
     return r
 
 
-def driver(req):
+def node_of(vmid):
+    """The PVE node whose config lists the CT (the node whose GPUs it has), pve1 when none does."""
+    found = glob.glob("/etc/pve/nodes/*/lxc/%s.conf" % vmid)
+    return found[0].split("/")[4] if found else "pve1"
+
+
+def driver(req, node="pve1"):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(30)
     try:
-        s.connect(driverd.SOCK_PATH)
+        s.connect(driverd.node_paths(node)["sock_dir"] + "/driver.sock")
     except OSError as e:
-        raise FaultError("the simulated driver is not running (%s); run tests/lab/gpu/labgpu up" % e)
+        raise FaultError("the simulated driver of %s is not running (%s); run tests/lab/gpu/labgpu up" % (node, e))
     s.sendall(json.dumps(req).encode() + b"\n")
     buf = b""
     while not buf.endswith(b"\n"):
@@ -260,26 +268,26 @@ def inject_driver_held(vmid, ipid, a, until="namespace"):
     req = {"op": "fault_set", "fault": "driver_held", "pidns": ns, "label": "CT %s" % vmid, "until": until}
     if until == "seconds":
         req["seconds"] = a.seconds
-    driver(req)
+    driver(req, node_of(vmid))
     return {"pidns": ns}
 
 
 def clear_driver_held(vmid, rec):
-    driver({"op": "fault_clear", "pidns": rec["pidns"]})
+    driver({"op": "fault_clear", "pidns": rec["pidns"]}, rec.get("node", "pve1"))
 
 
 def inject_recovery_action(vmid, ipid, a):
     gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
     if not gpus:
         raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
-    rep = driver({"op": "fault_set", "fault": "recovery_action", "gpu": gpus[0], "action": a.action})
+    rep = driver({"op": "fault_set", "fault": "recovery_action", "gpu": gpus[0], "action": a.action}, node_of(vmid))
     if not rep.get("ok"):
         raise FaultError(rep.get("error", "driver refused"))
     return {"gpu": gpus[0], "action": a.action}
 
 
 def clear_recovery_action(vmid, rec):
-    driver({"op": "fault_clear", "gpus": [rec["gpu"]]})
+    driver({"op": "fault_clear", "gpus": [rec["gpu"]]}, rec.get("node", "pve1"))
 
 
 def inject_gpu_fault(fault):
@@ -290,7 +298,7 @@ def inject_gpu_fault(fault):
         req = {"op": "fault_set", "fault": fault, "gpu": gpus[0]}
         if fault == "xid_on_exit":
             req["xid"] = a.xid
-        rep = driver(req)
+        rep = driver(req, node_of(vmid))
         if not rep.get("ok"):
             raise FaultError(rep.get("error", "driver refused"))
         return {"gpu": gpus[0]} if fault != "xid_on_exit" else {"gpu": gpus[0], "xid": a.xid}
@@ -390,7 +398,7 @@ def cmd_inject(a):
     ipid = init_pid(a.vmid)
     details = INJECT[a.name](a.vmid, ipid, a)
     st = load()
-    rec = {"name": a.name, "vmid": str(a.vmid), "since": time.time()}
+    rec = {"name": a.name, "vmid": str(a.vmid), "node": node_of(a.vmid), "since": time.time()}
     rec.update(details)
     st["faults"].append(rec)
     save(st)
@@ -417,14 +425,15 @@ def cmd_clear(a):
         except (FaultError, subprocess.SubprocessError):
             pass
         try:
-            driver({"op": "fault_clear", "pidns": driverd.pidns_of(init_pid(vmid))})
+            driver({"op": "fault_clear", "pidns": driverd.pidns_of(init_pid(vmid))}, node_of(vmid))
         except FaultError:
             pass
     else:
-        try:
-            driver({"op": "fault_clear"})
-        except FaultError:
-            pass
+        for node in ("pve1", "pve2"):
+            try:
+                driver({"op": "fault_clear"}, node)
+            except FaultError:
+                pass
     st["faults"] = keep
     save(st)
     for e in errors:

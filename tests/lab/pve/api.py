@@ -534,6 +534,9 @@ def main() -> int:
     if args.node != "pve1":
         LOGFILE = f"{LAB}/log/pve-api-{args.node}.log"
     args.host = args.host or pve.NODE_ADDRESSES[args.node]
+    if args.node != "pve1":  # another node's daemon and task workers live in its mount namespace (its GPUs)
+        import nodens
+        nodens.enter(args.node)
     if args.daemon:
         os.makedirs(os.path.dirname(LOGFILE), exist_ok=True)
         os.makedirs(pve.RUN, exist_ok=True)

@@ -268,6 +268,9 @@ def main(argv: list[str]) -> int:
         die(f"ERROR: unknown command 'pct {cmd}'\nUSAGE: pct <COMMAND> [ARGS] [OPTIONS]")
     if os.geteuid() != 0:
         die("only root can run pct")
+    if pve.NODE != "pve1":  # pve2's pct acts in pve2's mount namespace (its /dev/nvidia*), as its sessions do
+        import nodens
+        nodens.enter(pve.NODE)
     try:
         if cmd == "exec":
             return cmd_exec(rest)
