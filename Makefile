@@ -159,9 +159,10 @@ lab-test: lab
 	"$(BIN)/python" -m pytest -q --durations=15 tests/lab
 
 # Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time. `default` deploys,
-# verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own).
+# verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own);
+# `multinode` deploys one server over pve1 and pve2, verifies it and recovers it whole after one node's ranks die.
 # What failed is printed again at the end (reports/molecule-*-failure.txt), where a CI log's tail shows it.
-MOLECULE_SCENARIOS ?= default
+MOLECULE_SCENARIOS ?= default multinode
 molecule: lab eda-setup
 	for s in $(MOLECULE_SCENARIOS); do
 	  rm -f reports/molecule-*-failure.txt
