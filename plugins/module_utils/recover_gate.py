@@ -462,6 +462,14 @@ def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, 
     recovery = _recovery_classes(last)
     signals = _reboot_signals(last, recovery, kern["reboot_signals"])
     service_active = service_state in SERVICE_ACTIVE_STATES
+    if clean and service_active and container_status == "running":
+        # A server that runs, starts or waits to restart (systemd's auto-restart is ActiveState "activating") may take
+        # the GPUs again at any moment, so its container is not settled even when its GPUs are idle now: the half of a
+        # multi-node server whose ranks died keeps its launcher, and a unit failed by its dead peer restarts after
+        # RestartSec (docs/recover.md, "A server on several nodes"). Rung 1 stops it.
+        clean = False
+        failing.append("the service is %s (systemd ActiveState) with no GPU memory of its own: a server that runs, "
+                       "starts or is about to restart is not a settled state" % service_state)
     holders = last.get("ct_holders") or []
     gpu_tol = int(tolerances.get("gpu_memory_mib", 16))
     excess_no_proc = any((g.get("excess_mib") or 0) > gpu_tol and not any(

@@ -54,7 +54,7 @@ FAULTS = [
                                                      text=True, timeout=120, check=False).stderr or "lxc-stop --kill 129",
      "expect": r"UNREACHABLE|unreachable|not running|FAILED", "restore": None},
     {"name": "connection to the node cut between two tasks",
-     "trigger": r"TASK \[inferops\.gpu_inference\.sglang_server : Install the memory tool and the launcher",
+     "trigger": r"TASK \[inferops\.gpu_inference\.sglang_server : Install the memory tool, the launcher",
      "delay": 0.0, "action": lambda: kill_pidfile("/run/inferops-lab/sshd.pid"),
      "expect": r"UNREACHABLE|unreachable|Connection refused|ssh", "restore": [LABCTL, "-q", "up"]},
 ]

@@ -431,6 +431,26 @@ def test_multinode_rendezvous_and_a_dead_peer(run):
     assert "Connection closed by peer" in one.output()
 
 
+def test_multinode_node_whose_ranks_all_died_ends_its_launcher(run):
+    # Every scheduler of node rank 1 SIGKILLed at once (none can SIGQUIT its parent): the launcher joins them in
+    # order, logs each end, then fails to bind the port its dummy health server holds, and exits 1 (engine.py
+    # _launch_subprocesses and http_server.launch_server, 0.5.9); node rank 0 fails on its dead peer.
+    dist = "127.0.0.1:%d" % _free_port()
+    common = ("--tp", "4", "--nnodes", "2", "--dist-init-addr", dist)
+    zero = run("0.5.9", *common, "--node-rank", "0")
+    one = run("0.5.9", *common, "--node-rank", "1", "--base-gpu-id", "2")
+    assert zero.wait_healthy()[-1] == 200 and one.wait_healthy()[-1] == 200
+    ranks = rank_pids(one)
+    for pid in ranks:
+        os.kill(pid, signal.SIGKILL)
+    assert _gone(one) == 1 and _gone(zero) is not None
+    out = one.output()
+    for pid in ranks:
+        assert "Scheduler or DataParallelController %d terminated with -9" % pid in out
+    assert "address already in use" in out
+    assert "Connection closed by peer" in zero.output()
+
+
 def test_multinode_rendezvous_times_out_as_torch_does(run):
     dist_port = _free_port()
     common = ("--tp", "4", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:%d" % dist_port, "--dist-timeout", "2")

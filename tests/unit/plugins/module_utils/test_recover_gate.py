@@ -357,6 +357,22 @@ def test_judge_an_active_service_is_rung_1_and_never_above_the_last_rung_tried()
     assert judged([s, s], service="active", after_rung=gate.RUNG_STOP_SERVICE).rung == gate.RUNG_KILL_HOLDERS
 
 
+@pytest.mark.parametrize("state", ["active", "activating", "deactivating", "reloading"])
+def test_judge_a_service_that_runs_or_will_restart_is_not_settled_even_with_idle_gpus(state):
+    # The half of a multi-node server whose ranks died keeps its launcher ("active"); a unit failed by its dead
+    # peer waits RestartSec ("activating", sub-state auto-restart), then takes the GPUs again.
+    j = judged(service=state)
+    assert (j.verdict, j.rung) == ("Not clean", gate.RUNG_STOP_SERVICE), (j.why, j.reasons)
+    assert any(("the service is %s" % state) in r for r in j.reasons)
+    assert not j.settled
+
+
+@pytest.mark.parametrize("state,status", [("inactive", "running"), ("failed", "running"), (None, "running"),
+                                          ("active", "stopped")])
+def test_judge_a_stopped_service_or_container_with_idle_gpus_is_clean(state, status):
+    assert judged(service=state, status=status).verdict == "Clean"
+
+
 def test_judge_settles_a_verification_by_the_graces():
     s = sample(ct_holders=[{"pid": 5, "comm": "python3"}])
     waiting = judged([s, s], after_rung=1, elapsed_s=14, release_grace_s=15)

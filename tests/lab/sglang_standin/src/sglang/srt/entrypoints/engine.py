@@ -195,6 +195,26 @@ def main(argv) -> int:
         log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (args["host"], args["port"]))
         threading.Thread(target=http_server.warmup, args=(server_state, log), daemon=True).start()
 
+    if args["node_rank"] >= 1:
+        # SGLang 0.5.9 entrypoints/engine.py _launch_subprocesses, node_rank >= 1: after the dummy health check server,
+        # the main process joins its scheduler processes in order, logging "Scheduler or DataParallelController <pid>
+        # terminated with <exitcode>" for each; then http_server.launch_server goes on to uvicorn.run on the host and
+        # port the dummy server (a daemon thread) still holds, so uvicorn logs the bind error and exits 1
+        # (uvicorn/server.py startup: sys.exit(1) on OSError). A node whose ranks died ends its launcher.
+        pending = list(children)
+        while not state["stop"] and pending:
+            time.sleep(0.2)
+            while pending and pending[0].poll() is not None:
+                p = pending.pop(0)
+                log.error("Scheduler or DataParallelController %d terminated with %s" % (p.pid, p.returncode))
+        if not pending and not state["stop"]:
+            log.error("[Errno 98] error while attempting to bind on address (%r, %d): address already in use"
+                      % (args["host"], args["port"]))
+            server_state.status = "Exiting"
+            httpd.shutdown()
+            httpd.server_close()
+            return 1
+
     warned = set()
     while not state["stop"]:
         time.sleep(0.2)
