@@ -110,6 +110,15 @@ class PveClient:
         listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
         return next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
 
+    def cluster_node_of(self) -> Optional[str]:
+        """The node the cluster lists this VMID on (GET /cluster/resources type=vm: every node's guests the user may
+        audit), None when no node has it. VMIDs are unique in a cluster (pve-cluster Cluster.pm check_vmid_unused)."""
+        listing = self.call("listing the cluster's guests", self.api.cluster.resources.get, type="vm") or []
+        for item in listing:
+            if str(item.get("vmid")) == str(self.vmid):
+                return str(item.get("node") or "") or None
+        return None
+
     def node_guests(self) -> list[dict[str, Any]]:
         """Every guest of the node (containers and VMs) with its memory limit, use, status and the GPUs its config
         passes through (devN of /dev/nvidiaN; a VM's hostpci GPU is bound to vfio and invisible to the NVIDIA driver,

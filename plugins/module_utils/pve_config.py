@@ -312,6 +312,15 @@ def missing_template(vmid: int, node: str, template: str) -> str:
     )
 
 
+def vmid_on_other_node(vmid: int, node: str, other: str) -> str:
+    return (
+        f"CT {vmid} does not exist on node {node} but on node {other} of the cluster, and VMIDs are unique in a "
+        f"Proxmox VE cluster, so it cannot be made on {node}: place the container on {other} in the inventory "
+        f"(pve_gpu_container_node_host, and proxmox_node of that node host), or give it a VMID no node uses. "
+        f"Nothing has been changed."
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Conf text (as in /etc/pve/lxc/<vmid>.conf) for --diff
 # --------------------------------------------------------------------------------------------

@@ -475,6 +475,13 @@ class PveLxc:
             self.check_owner(tags)
         return dataclasses.replace(declared, config={**declared.config, "tags": pve_config.tags_with_owner(tags, owner)})
 
+    def refuse_vmid_elsewhere(self):
+        """A VMID this node does not have may be another node's: refused before any change (PVE would refuse the
+        create with "CT <vmid> already exists on node '<other>'" only once everything else was done)."""
+        other = self.pve.cluster_node_of()
+        if other and other != self.node:
+            self.fail(pve_config.vmid_on_other_node(self.vmid, self.node, other), error_kind="vmid_on_other_node")
+
     # ---- states ---------------------------------------------------------------------------
     def query(self):
         """state=query: read only. The node's status, the container's listing entry (status, mem) and config when it
@@ -492,7 +499,9 @@ class PveLxc:
             self.result["node_guests"] = self.pve.node_guests()
         if entry is not None:
             self.check_owner(self.result["tags"])
-        elif template and not self.result["template_present"]:
+        else:
+            self.refuse_vmid_elsewhere()
+        if entry is None and template and not self.result["template_present"]:
             self.fail(pve_config.missing_template(self.vmid, self.node, template), error_kind="template_missing")
         return self.result
 
@@ -507,6 +516,7 @@ class PveLxc:
         declared = self.with_owner_tag(declared, exists)
 
         if not exists:
+            self.refuse_vmid_elsewhere()
             self.create(declared)
             if self.check_mode:
                 self.result["status"] = "running" if state == "started" else "stopped"

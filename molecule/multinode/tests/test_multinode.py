@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -259,3 +260,30 @@ def test_one_nodes_ranks_killed_then_the_server_recovered_whole():
                    "per_node": {v: {"verdict": r["verdict"], "cleared_by_rung": r.get("cleared_by_rung"),
                                     "rungs": [x.get("rung") for x in r.get("rungs", [])], "seconds": r.get("seconds")}
                                 for v, r in reports.items()}}, f, indent=2)
+
+
+def test_a_change_on_one_node_restarts_the_whole_server(tmp_path):
+    # An inventory where only CT 229's unit environment differs: its unit restarts, and CT 129's with it, stopped and
+    # started by the same run (sglang_server/tasks/configure.yml), not by systemd's Restart= after its peer died.
+    inv = tmp_path / "inventory"
+    shutil.copytree(os.path.join(ROOT, "inventories", "lab-multinode"), inv, symlinks=False)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / "ct229.yml").write_text(
+        "---\nsglang_server_environment:\n  NCCL_SOCKET_IFNAME: eth0\n  GLOO_SOCKET_IFNAME: eth0\n  NCCL_DEBUG: WARN\n")
+    before = {v: main_pid(v) for v in CTS}
+    since = int(time.time())
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_VAULT_PASSWORD_FILE=f"{LAB}/vault-pass", ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
+               INFEROPS_REPORT_DIR=str(tmp_path / "reports"))
+    run = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", str(inv / "hosts.yml"),
+                          os.path.join(ROOT, "playbooks", "deploy.yml")], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=1200)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "NCCL_DEBUG=WARN" in pct(229, "cat", f"/proc/{main_pid(229)}/environ").split("\0")
+    assert "NCCL_DEBUG=WARN" not in pct(129, "cat", f"/proc/{main_pid(129)}/environ").split("\0")
+    for vmid in CTS:
+        assert main_pid(vmid) not in (0, before[vmid]), vmid
+        assert len(schedulers(vmid)) == 2, vmid
+    journal = pct(129, "journalctl", "-u", "sglang.service", "--no-pager", "-o", "cat", "--since", f"@{since}")
+    assert "Scheduled restart job" not in journal, journal[-3000:]
+    assert health() == 200 and server_info()["nnodes"] == 2

@@ -59,6 +59,7 @@ class FakePVE(FakeResource):
         self.task_exit = {}  # task type -> exitstatus override
         self.concurrent_change = False
         self.templates = ["local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"]
+        self.elsewhere = {}  # vmid -> another node of the cluster that has it
 
     @staticmethod
     def digest(config):
@@ -80,6 +81,10 @@ class FakePVE(FakeResource):
 
     def handle(self, method, path, params):
         self.calls.append((method, "/".join(path), dict(params)))
+        if path == ["cluster", "resources"]:
+            assert params == {"type": "vm"}
+            return ([{"vmid": v, "node": NODE, "type": "lxc"} for v in self.cts]
+                    + [{"vmid": v, "node": n, "type": "lxc"} for v, n in self.elsewhere.items()])
         if path[:2] != ["nodes", NODE]:
             raise ResourceException(500, "Internal Server Error", f"hostname lookup '{path[1]}' failed")
         rest = path[2:]
@@ -415,3 +420,18 @@ def test_query_reads_only_and_refuses_a_missing_template(monkeypatch, capsys):
     res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", **OWNED})
     assert res["exists"] and res["status"] == "running" and res["tags"] == ["inferops-gpu"]
     assert fake.writes() == []
+
+
+def test_a_vmid_another_node_has_is_refused_before_any_change(monkeypatch, capsys):
+    # PVE keeps one VMID list for the cluster: creating CT 198 here when pve2 has it would fail only at the create.
+    fake = FakePVE()
+    fake.elsewhere = {198: "pve2"}
+    res = run(monkeypatch, capsys, fake, {**BASE, "vmid": 198, "state": "query", **OWNED, "ostemplate": DECLARED["ostemplate"]})
+    assert res["failed"] and res["error_kind"] == "vmid_on_other_node"
+    assert res["msg"].startswith("CT 198 does not exist on node %s but on node pve2 of the cluster" % NODE)
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "state": "started"})
+    assert res["failed"] and res["error_kind"] == "vmid_on_other_node" and "Nothing has been changed" in res["msg"]
+    assert fake.writes() == [] and 198 not in fake.cts
+    fake.elsewhere = {}
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, **OWNED, "state": "started"})
+    assert res["created"] and 198 in fake.cts
