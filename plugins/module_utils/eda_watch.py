@@ -126,10 +126,15 @@ def faults(diag: Mapping[str, Any], previous_oom_kills: Optional[int]) -> list[t
 
 
 def oom_kills(diag: Mapping[str, Any]) -> Optional[int]:
-    """The container cgroup's oom_kill counter in a diagnosis (None when unread)."""
-    mem = ((diag.get("evidence") or {}).get("container") or {}).get("memory") or {}
-    value = mem.get("oom_kills")
-    return int(value) if isinstance(value, int) else None
+    """The OOM kills of the container's processes a diagnosis shows (None when neither source was read): its memory
+    cgroup's oom_kill counter, or the kernel log's `oom-kill:` lines naming its cgroup, whichever is higher. Both
+    count the same kills; each can miss some: a v1 counter lives in the cgroup where the kill ran, gone with it once a
+    child cgroup is removed (recover_pve.oom_kills_under), and the kernel's ring buffer drops its oldest records."""
+    ev = diag.get("evidence") or {}
+    mem = (ev.get("container") or {}).get("memory") or {}
+    counts = [v for v in (mem.get("oom_kills"), (ev.get("kernel_log") or {}).get("oom_kills_in_container"))
+              if isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts) if counts else None
 
 
 @dataclass

@@ -127,6 +127,25 @@ def held_bytes(usage: Optional[int], stat_text: Optional[str], version: int) -> 
     return max(0, usage - lru_file)
 
 
+def oom_kills_under(cgroup_dir: str, events_file: str, version: int) -> Optional[int]:
+    """OOM kills of a container's processes, wherever in its cgroup tree they ran. v2: ``memory.events``'
+    ``oom_kill``, hierarchical already (``memory.events.local`` is the local one: Documentation/admin-guide/
+    cgroup-v2.rst). v1: ``memory.oom_control``'s ``oom_kill`` counts only kills in that memcg (seen on the lab's
+    hybrid host: a kill in ``/lxc/129/ns/<child>`` left ``/lxc/129``'s counter at 0), so the counters of the
+    container's cgroup and every cgroup below it are added up. None when the container's own counter is unreadable."""
+    def one(d: str) -> Optional[int]:
+        m = re.search(r"^oom_kill (\d+)", read_text(d + "/" + events_file) or "", re.M)
+        return int(m.group(1)) if m else None
+
+    total = one(cgroup_dir)
+    if total is None or version == 2:
+        return total
+    for parent, dirs, _files in os.walk(cgroup_dir):
+        for name in dirs:
+            total += one(os.path.join(parent, name)) or 0
+    return total
+
+
 def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dict[str, Any]:
     """Memory limit, usage, what it holds beyond reclaimable page cache (:func:`held_bytes`) and OOM-kill count of
     the container's cgroup (v2 or v1), None when stopped."""
@@ -153,10 +172,9 @@ def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dic
         d = join_root(root, mounts[controller] + path)
         if not os.path.exists(d + "/" + limit_file):
             continue
-        m = re.search(r"^oom_kill (\d+)", read_text(d + "/" + events_file) or "", re.M)
         usage = num(read_text(d + "/" + usage_file))
         result.update(cgroup_version=version, path=path, memory_limit_bytes=num(read_text(d + "/" + limit_file)),
                       memory_usage_bytes=usage, memory_held_bytes=held_bytes(usage, read_text(d + "/memory.stat"), version),
-                      oom_kills=int(m.group(1)) if m else None)
+                      oom_kills=oom_kills_under(d, events_file, version))
         break
     return result

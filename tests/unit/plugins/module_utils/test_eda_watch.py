@@ -34,6 +34,16 @@ def oom(n):
     return diag(evidence={"container": {"memory": {"oom_kills": n}}})
 
 
+def test_oom_kills_from_the_cgroup_or_the_kernel_log_whichever_saw_more():
+    both = {"container": {"memory": {"oom_kills": 0}}, "kernel_log": {"oom_kills_in_container": 1}}
+    # a cgroup v1 child removed after its kill: only the kernel log still shows it
+    assert ew.oom_kills(diag(evidence=both)) == 1
+    assert ew.oom_kills(diag(evidence={"container": {"memory": {"oom_kills": 4}}, "kernel_log": {"oom_kills_in_container": 2}})) == 4
+    assert ew.oom_kills(diag(evidence={"kernel_log": {"oom_kills_in_container": 3}})) == 3
+    assert ew.oom_kills(diag(evidence={"container": {"memory": {"oom_kills": None}}})) is None
+    assert [k for k, _why in ew.faults(diag(evidence=both), 0)] == [ew.KIND_OOM_KILL]
+
+
 def test_watched_containers_from_the_inventory_only():
     w = ew.watched_containers(INV)
     assert w == [ew.Watched("ct129", 129, "pve1", False), ew.Watched("ct132", 132, "pve1", True),

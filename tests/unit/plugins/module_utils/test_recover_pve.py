@@ -71,6 +71,18 @@ def test_container_memory_hybrid(tmp_path):
     assert pve.container_memory(131, None, root)["path"] is None
 
 
+def test_container_memory_v1_counts_oom_kills_in_the_containers_child_cgroups(tmp_path):
+    # cgroup v1's memory.oom_control counts only its own memcg's kills: a unit's (or a nested cgroup's) kill inside the
+    # container shows below lxc/131, and counts for the container as v2's hierarchical memory.events counts it.
+    v1_container(tmp_path, {"memory.limit_in_bytes": "4294967296\n", "memory.usage_in_bytes": "80162816\n",
+                            "memory.oom_control": "oom_kill 1\n"})
+    for sub, kills in (("ns", 0), ("ns/system.slice", 0), ("ns/system.slice/sglang.service", 2), ("ns/inferops-oom", 1)):
+        d = tmp_path / "sys/fs/cgroup/memory/lxc/131" / sub
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill %d\n" % kills)
+    assert pve.container_memory(131, 17074, str(tmp_path))["oom_kills"] == 4
+
+
 def test_container_memory_v2(tmp_path):
     root = str(tmp_path)
     d = v2_container(tmp_path, 2001, 129, {"memory.max": "15032385536\n", "memory.current": "2147483648\n",
