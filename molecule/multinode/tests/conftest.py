@@ -1,17 +1,11 @@
 # -*- coding: utf-8 -*-
-"""Each failed check is also written to reports/molecule-multinode-failure.txt, which the Makefile prints after
-molecule's own output, so the end of a CI log says what failed."""
+"""Failed checks also go to reports/molecule-multinode-failure.txt (molecule/shared/failure_log.py)."""
 from __future__ import annotations
 
 import os
+import sys
 
-FAILURES = os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", os.getcwd()), "reports",
-                        "molecule-multinode-failure.txt")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+import failure_log  # noqa: E402
 
-
-def pytest_runtest_logreport(report):
-    if report.failed:
-        os.makedirs(os.path.dirname(FAILURES), exist_ok=True)
-        with open(FAILURES, "a", encoding="utf-8") as handle:
-            handle.write("molecule multinode: %s failed (%s)\n%s\n\n" % (report.nodeid, report.when,
-                                                                     report.longreprtext[-3000:]))
+pytest_runtest_logreport = failure_log.hook("multinode")
