@@ -134,6 +134,9 @@ def test_pve2_reset_is_pve2s_only(lab):
     """pve2's GPU 3 resets once pve2's nvidia-persistenced is stopped and its persistence mode off, while pve1's
     GPU 3 (the same device numbers, 195:3) stays held by pve1's nvidia-persistenced and is not reset."""
     gpu = PVE2_GPUS - 1
+    # pve2 runs without nvidia-persistenced unless asked (labgpu, LABGPU_PVE2_PERSISTENCED): start it for this test.
+    assert t.run([t.LABGPU, "up"], env=dict(os.environ, LABGPU_PVE2_PERSISTENCED="1")).returncode == 0
+    assert t.wait_for(lambda: os.path.exists(PERSISTENCED_PVE2))
     with open(PERSISTENCED_PVE2) as f:
         pid = int(f.read())
     os.kill(pid, signal.SIGTERM)
@@ -150,5 +153,10 @@ def test_pve2_reset_is_pve2s_only(lab):
         assert r.returncode == 255, r.stdout
     finally:
         ssh(NODE2, "nvidia-smi", "-pm", "1", "-i", str(gpu))
-        assert t.run([t.LABGPU, "up"]).returncode == 0  # starts pve2's nvidia-persistenced again
-    assert t.wait_for(lambda: os.path.exists(PERSISTENCED_PVE2))
+        assert t.run([t.LABGPU, "up"]).returncode == 0  # the lab's default again: pve2 without nvidia-persistenced
+    try:
+        with open(PERSISTENCED_PVE2) as f:
+            left = int(f.read())
+    except (OSError, ValueError):
+        left = None
+    assert left is None or not os.path.exists(f"/proc/{left}")
