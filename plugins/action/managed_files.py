@@ -20,7 +20,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import managed_files as mf
 
-ARGS = ("files", "srcs", "dest_dir", "trees", "owner", "group", "mode", "directory_mode", "python")
+ARGS = ("files", "srcs", "dest_dir", "trees", "directories", "owner", "group", "mode", "directory_mode", "python")
 
 
 class ActionModule(ActionBase):
@@ -63,30 +63,35 @@ class ActionModule(ActionBase):
                     with open(path, "w", encoding="utf-8") as handle:
                         handle.write(str(entry["content"]))
                     files[i] = dict((k, v) for k, v in entry.items() if k != "content")
-                    files[i].update(src=path, label="content")
+                    files[i].update(src=path, label="content", text=str(entry["content"]))
             if args.get("srcs"):
                 if not args.get("dest_dir"):
                     raise mf.ManagedFilesError("srcs needs dest_dir (the directory on the target they are copied into)")
                 files += [{"src": src, "dest": str(args["dest_dir"]).rstrip("/") + "/"} for src in args["srcs"]]
-            rows = mf.expand(files, args.get("trees") or [], find, args.get("mode", "0644"),
-                             args.get("directory_mode", "0755"))
-            if not rows:
-                return dict(result, changed=False, msg="no file to manage", copied=[], attributes_fixed=[], unchanged=0,
-                            bytes_copied=0)
-            request = mf.read_request(rows)
+            directory_mode = args.get("directory_mode", "0755")
+            rows = mf.expand(files, args.get("trees") or [], find, args.get("mode", "0644"), directory_mode)
+            dirs = mf.directories(args.get("directories") or [])
+            if not rows and not dirs:
+                return dict(result, changed=False, msg="no file to manage", copied=[], attributes_fixed=[],
+                            directories_made=[], unchanged=0, bytes_copied=0)
+            request = mf.read_request(rows, dirs)
             remote = mf.check_remote_answer(self._remote(python, request), request["paths"])
             changes = mf.plan(rows, remote, owner, group)
-            changed = bool(changes["copy"] or changes["fix"])
-            result.update(mf.summary(changes), changed=changed)
+            dir_changes = mf.plan_dirs(dirs, remote, owner, group, directory_mode)
+            changed = bool(changes["copy"] or changes["fix"] or dir_changes["make"] or dir_changes["fix"])
+            result.update(mf.summary(changes, dir_changes), changed=changed)
             if self._task.diff and changed:
-                result["diff"] = mf.diff_of(changes)
+                texts_req = mf.text_request(changes)
+                texts = self._remote(python, texts_req) if texts_req else {}
+                result["diff"] = mf.diff_of(changes, dir_changes, texts, directory_mode)
             if not changed or self._task.check_mode:
                 return result
-            if changes["copy"]:
-                self._remote(python, mf.mkdirs_request(changes, owner, group, args.get("directory_mode", "0755")))
+            if changes["copy"] or dir_changes["make"] or dir_changes["fix"]:
+                self._remote(python, mf.mkdirs_request(changes, owner, group, directory_mode, dir_changes))
             for item in changes["copy"]:
                 self._connection.put_file(item["src"], item["dest"] + mf.TMP_SUFFIX)
-            self._remote(python, mf.install_request(changes, owner, group, args.get("directory_mode", "0755")))
+            if changes["copy"] or changes["fix"]:
+                self._remote(python, mf.install_request(changes, owner, group, directory_mode))
         except (mf.ManagedFilesError, AnsibleError, OSError) as exc:
             return dict(result, failed=True, msg=to_text(exc))
         finally:

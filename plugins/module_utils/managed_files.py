@@ -27,6 +27,8 @@ class ManagedFilesError(Exception):
 
 CHUNK = 1024 * 1024
 TMP_SUFFIX = ".inferops-managed.tmp"
+# --diff shows the text of inline content up to this size (a unit, a JSON launch record); larger: digests only.
+TEXT_DIFF_MAX_BYTES = 256 * 1024
 
 
 def sha256_file(path: str) -> str:
@@ -52,6 +54,19 @@ def _abs_dest(dest: Any, what: str) -> str:
     if norm != dest.rstrip("/") or norm == "/":
         raise ManagedFilesError("%s must be a normalised absolute path (no '..', no '//'), got %r" % (what, dest))
     return norm
+
+
+def _validate_cmd(value: Any, what: str) -> str:
+    """A command run on the new file before it replaces the old one (the copy module's ``validate``): %s is the
+    temporary file's path; it is split like a shell word list, not run by a shell."""
+    if not isinstance(value, str) or "%s" not in value or "\0" in value or "\n" in value:
+        raise ManagedFilesError("%s must be a one-line command containing %%s (the new file's path), got %r" % (what, value))
+    return value
+
+
+def directories(dirs: Sequence[Any]) -> list[str]:
+    """The directories a task makes (or fixes the mode and owner of) before its files: absolute, normalised."""
+    return sorted({_abs_dest(d, "directories[%d]" % i) for i, d in enumerate(dirs or [])})
 
 
 def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]], find: Callable[[str], str],
@@ -81,6 +96,10 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
         row = {"src": src, "dest": _abs_dest(entry["dest"], "files[%d].dest" % i),
                "mode": parse_mode(entry["mode"], "files[%d].mode" % i) if "mode" in entry else default_mode,
                "label": str(entry.get("label") or src)}
+        if entry.get("text") is not None:
+            row["text"] = str(entry["text"])
+        if entry.get("validate") is not None:
+            row["validate"] = _validate_cmd(entry["validate"], "files[%d].validate" % i)
         for key in ("owner", "group"):
             if entry.get(key) is not None:
                 if not isinstance(entry[key], str) or not entry[key] or any(c in entry[key] for c in ":/ \n"):
@@ -114,8 +133,26 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
     return sorted(unique.values(), key=lambda r: r["dest"])
 
 
-def read_request(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"op": "read", "paths": [r["dest"] for r in rows]}
+def read_request(rows: Sequence[Mapping[str, Any]], dirs: Sequence[str] = ()) -> dict[str, Any]:
+    """One command reads the state of every file and every managed directory (digests only for files)."""
+    return {"op": "read", "paths": [r["dest"] for r in rows] + [d for d in dirs if d not in {r["dest"] for r in rows}]}
+
+
+def plan_dirs(dirs: Sequence[str], remote: Mapping[str, Any], owner: str, group: str, directory_mode: str) -> dict[str, list]:
+    """The managed directories that must be made (missing) or fixed (mode or owner differ)."""
+    mode = parse_mode(directory_mode, "directory_mode")
+    out: dict[str, list] = {"make": [], "fix": []}
+    for d in dirs:
+        seen = remote.get(d)
+        if not isinstance(seen, Mapping):
+            raise ManagedFilesError("the target did not report %s" % d)
+        if not seen.get("exists"):
+            out["make"].append(d)
+        elif not seen.get("is_dir"):
+            raise ManagedFilesError("%s exists on the target and is not a directory" % d)
+        elif seen.get("mode") != mode or seen.get("owner") != owner or seen.get("group") != group:
+            out["fix"].append({"dest": d, "before": {k: seen.get(k) for k in ("exists", "mode", "owner", "group")}})
+    return out
 
 
 def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: str, group: str) -> dict[str, list]:
@@ -132,6 +169,7 @@ def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: st
             raise ManagedFilesError("%s exists on the target and is not a regular file" % row["dest"])
         want = {"dest": row["dest"], "src": row["src"], "mode": row["mode"], "sha256": row["sha256"], "size": row["size"],
                 "owner": owner, "group": group, "label": row.get("label", row["src"]),
+                "validate": row.get("validate"), "text": row.get("text"),
                 "before": {k: seen.get(k) for k in ("exists", "sha256", "mode", "owner", "group")}}
         if not seen.get("exists") or seen.get("sha256") != row["sha256"]:
             out["copy"].append(want)
@@ -143,23 +181,38 @@ def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: st
 
 
 def install_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str) -> dict[str, Any]:
-    """The ``install`` op: each copied file was put at dest + TMP_SUFFIX; set owner and mode, rename into place;
-    fix the attributes of the others. Missing parent directories are made with directory_mode, owner, group."""
+    """The ``install`` op: each copied file was put at dest + TMP_SUFFIX; every copy's digest is checked and its
+    ``validate`` command run before any of them is renamed into place (a refused file changes nothing), then owner
+    and mode are set and each is renamed; the attributes of the others are fixed."""
     items = [{"dest": c["dest"], "tmp": c["dest"] + TMP_SUFFIX, "mode": c["mode"], "sha256": c["sha256"],
-              "owner": c["owner"], "group": c["group"]} for c in changes["copy"]]
+              "owner": c["owner"], "group": c["group"], "validate": c.get("validate")} for c in changes["copy"]]
     items += [{"dest": c["dest"], "tmp": None, "mode": c["mode"], "sha256": c["sha256"], "owner": c["owner"],
                "group": c["group"]} for c in changes["fix"]]
     return {"op": "install", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
             "items": items}
 
 
-def mkdirs_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str) -> dict[str, Any]:
+def mkdirs_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str,
+                   dir_changes: Optional[Mapping[str, list]] = None) -> dict[str, Any]:
+    """The ``mkdirs`` op: the managed directories to make or fix, then the missing parents of the copies."""
+    dir_changes = dir_changes or {"make": [], "fix": []}
     return {"op": "mkdirs", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
-            "dirs": sorted({posixpath.dirname(c["dest"]) for c in changes["copy"]})}
+            "dirs": list(dir_changes["make"]) + sorted({posixpath.dirname(c["dest"]) for c in changes["copy"]}),
+            "fix": [f["dest"] for f in dir_changes["fix"]]}
 
 
-def diff_of(changes: Mapping[str, list]) -> list[dict[str, str]]:
-    """--diff: per file that would change, its digest, mode and owner before and after (content may be binary)."""
+def text_request(changes: Mapping[str, list]) -> Optional[dict[str, Any]]:
+    """--diff of text given inline (content): the current text of those destinations, read in one more command
+    (only in diff mode, only for files that change)."""
+    paths = [c["dest"] for c in changes["copy"] if c.get("label") == "content" and c["before"].get("exists")]
+    return {"op": "read_text", "paths": paths, "max_bytes": TEXT_DIFF_MAX_BYTES} if paths else None
+
+
+def diff_of(changes: Mapping[str, list], dir_changes: Optional[Mapping[str, list]] = None,
+            texts: Optional[Mapping[str, Optional[str]]] = None, directory_mode: str = "0755") -> list[dict[str, str]]:
+    """--diff: per file that would change, its digest, mode and owner before and after (content may be binary);
+    for content given inline, the text lines before (``texts``, when readable as text) and after. Directories made
+    or fixed: their mode and owner."""
     def describe(state: Mapping[str, Any]) -> str:
         if not state.get("exists"):
             return "absent\n"
@@ -167,30 +220,49 @@ def diff_of(changes: Mapping[str, list]) -> list[dict[str, str]]:
         shown = "%04o" % mode if isinstance(mode, int) else mode
         return "sha256 %s mode %s owner %s:%s\n" % (state.get("sha256"), shown, state.get("owner"), state.get("group"))
     out = []
+    dir_changes = dir_changes or {"make": [], "fix": []}
+    mode = parse_mode(directory_mode, "directory_mode")
+    for d in dir_changes["make"]:
+        out.append({"before_header": d, "after_header": d + " (directory)", "before": "absent\n",
+                    "after": "directory mode %04o\n" % mode})
+    for f in dir_changes["fix"]:
+        shown = f["before"].get("mode")
+        out.append({"before_header": f["dest"], "after_header": f["dest"] + " (directory)",
+                    "before": "directory mode %s owner %s:%s\n" % ("%04o" % shown if isinstance(shown, int) else shown,
+                                                                     f["before"].get("owner"), f["before"].get("group")),
+                    "after": "directory mode %04o\n" % mode})
+    texts = texts or {}
     for kind in ("copy", "fix"):
         for c in changes[kind]:
+            after = describe({"exists": True, "sha256": c["sha256"], "mode": c["mode"], "owner": c["owner"], "group": c["group"]})
+            before = describe(c["before"])
+            if kind == "copy" and c.get("label") == "content" and c.get("text") is not None:
+                old = texts.get(c["dest"]) if c["before"].get("exists") else ""
+                if old is not None:
+                    before, after = before + old, after + c["text"]
             out.append({"before_header": c["dest"], "after_header": "%s (%s)" % (c["dest"], c["label"]),
-                        "before": describe(c["before"]),
-                        "after": describe({"exists": True, "sha256": c["sha256"], "mode": c["mode"],
-                                           "owner": c["owner"], "group": c["group"]})})
+                        "before": before, "after": after})
     return out
 
 
-def summary(changes: Mapping[str, list]) -> dict[str, Any]:
-    return {"copied": [c["dest"] for c in changes["copy"]], "attributes_fixed": [c["dest"] for c in changes["fix"]],
+def summary(changes: Mapping[str, list], dir_changes: Optional[Mapping[str, list]] = None) -> dict[str, Any]:
+    dir_changes = dir_changes or {"make": [], "fix": []}
+    return {"copied": [c["dest"] for c in changes["copy"]], "attributes_fixed": [c["dest"] for c in changes["fix"]]
+            + [f["dest"] for f in dir_changes["fix"]], "directories_made": list(dir_changes["make"]),
             "unchanged": len(changes["same"]), "bytes_copied": sum(int(c["size"]) for c in changes["copy"])}
 
 
 # The target side, run by the target's python3 with one JSON argument; stdlib only, prints one JSON object.
 REMOTE_SCRIPT = r'''
-import grp, hashlib, json, os, pwd, stat, sys
+import grp, hashlib, json, os, pwd, shlex, stat, subprocess, sys
 req = json.loads(sys.argv[1])
 def info(path):
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return {"exists": False}
-    out = {"exists": True, "is_file": stat.S_ISREG(st.st_mode), "mode": stat.S_IMODE(st.st_mode)}
+    out = {"exists": True, "is_file": stat.S_ISREG(st.st_mode), "is_dir": stat.S_ISDIR(st.st_mode),
+           "mode": stat.S_IMODE(st.st_mode)}
     try:
         out["owner"] = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
@@ -223,17 +295,45 @@ elif req["op"] == "mkdirs":
             os.chown(d, uid, gid)
             os.chmod(d, req["directory_mode"])
             made.append(d)
-    print(json.dumps({"made": made}))
+    for d in req.get("fix", []):
+        os.chown(d, uid, gid)
+        os.chmod(d, req["directory_mode"])
+    print(json.dumps({"made": made, "fixed": req.get("fix", [])}))
+elif req["op"] == "read_text":
+    out = {}
+    for p in req["paths"]:
+        try:
+            with open(p, "rb") as f:
+                data = f.read(req["max_bytes"] + 1)
+            out[p] = data.decode("utf-8") if len(data) <= req["max_bytes"] and b"\0" not in data else None
+        except (OSError, UnicodeDecodeError):
+            out[p] = None
+    print(json.dumps(out))
 elif req["op"] == "install":
     done = []
+    def refuse(msg):
+        for it in req["items"]:
+            if it["tmp"] and os.path.lexists(it["tmp"]):
+                os.unlink(it["tmp"])
+        raise SystemExit(msg)
+    for it in req["items"]:
+        if not it["tmp"]:
+            continue
+        got = info(it["tmp"]).get("sha256")
+        if got != it["sha256"]:
+            refuse("%s arrived with sha256 %s, expected %s; nothing was changed" % (it["dest"], got, it["sha256"]))
+        if it.get("validate"):
+            argv = shlex.split(it["validate"].replace("%s", shlex.quote(it["tmp"])))
+            try:
+                run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+            except OSError as exc:
+                refuse("validate %r of %s could not run: %s; nothing was changed" % (it["validate"], it["dest"], exc))
+            if run.returncode != 0:
+                refuse("validate %r refused the new %s (rc %d): %s; nothing was changed"
+                       % (it["validate"], it["dest"], run.returncode, run.stdout.strip()[-800:]))
     for it in req["items"]:
         uid, gid = ids(it)
         path = it["tmp"] or it["dest"]
-        if it["tmp"]:
-            got = info(path).get("sha256")
-            if got != it["sha256"]:
-                os.unlink(path)
-                raise SystemExit("%s arrived with sha256 %s, expected %s" % (it["dest"], got, it["sha256"]))
         os.chown(path, uid, gid)
         os.chmod(path, it["mode"])
         if it["tmp"]:

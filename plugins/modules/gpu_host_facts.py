@@ -41,6 +41,7 @@ options:
     description:
       - Path to the C(nvidia-smi) binary.
       - By default it is looked up in E(PATH) and the usual system directories.
+      - A path that does not exist or is not executable is reported as no C(nvidia-smi) (O(require_gpus) then fails).
     type: path
   gather_compute_apps:
     description:
@@ -204,6 +205,8 @@ device_nodes:
       mode: "0666"
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts, recover_pve
@@ -226,6 +229,8 @@ def gather(module, root="/"):
     }
 
     smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
+    if smi and not os.access(smi, os.X_OK):
+        smi = None  # a named nvidia-smi that is not there yet (a container before its userspace driver)
     if not smi:
         result["nvidia_smi_error"] = "nvidia-smi not found (no NVIDIA userspace driver installed, or not in PATH)"
     else:

@@ -26,8 +26,10 @@ options:
     description: Files to manage. C(src) is looked up as the copy module does (a role's C(files/), or a path on the
       controller), or C(content) a string rendered on the controller (staged in a private temporary file, never
       returned); C(dest) is the full path on the target (ending in C(/) it is a directory, where the file keeps its name);
-      C(mode), C(owner) and C(group) override O(mode), O(owner) and O(group) for that file. Set C(no_log) on a task
-      whose contents are secret (the result names paths and digests only).
+      C(mode), C(owner) and C(group) override O(mode), O(owner) and O(group) for that file; C(validate) is a command
+      run on the new file (C(%s) is its temporary path beside the destination) before any file of the task is renamed
+      into place, as the copy module's C(validate): when it fails, every new file is removed and nothing is changed.
+      Set C(no_log) on a task whose contents are secret (the result names paths and digests only).
     type: list
     elements: dict
     default: []
@@ -45,6 +47,12 @@ options:
     type: list
     elements: dict
     default: []
+  directories:
+    description: Directories that must exist with O(directory_mode), O(owner) and O(group) (made, with their
+      missing parents, or their mode and owner set), read in the same command as the files.
+    type: list
+    elements: path
+    default: []
   owner:
     description: Owner of every managed file (a user name on the target).
     type: str
@@ -58,7 +66,7 @@ options:
     type: str
     default: "0644"
   directory_mode:
-    description: Mode of the directories it makes (a quoted octal string).
+    description: Mode of the directories it makes, and of O(directories) (a quoted octal string).
     type: str
     default: "0755"
   python:
@@ -73,7 +81,8 @@ attributes:
     details: Reads the target's state and reports what it would copy or fix; changes nothing.
   diff_mode:
     support: full
-    details: Per file that changes, its digest, mode and owner before and after (contents may be binary).
+    details: Per file that changes, its digest, mode and owner before and after (contents may be binary); for
+      C(content) given inline, also its text before and after (up to 256 KiB); per directory made or fixed, its mode.
 """
 
 EXAMPLES = r"""
@@ -83,9 +92,22 @@ EXAMPLES = r"""
       - {src: sglang_launch.py, dest: /usr/local/libexec/sglang/sglang_launch.py, mode: "0755"}
     trees:
       - {src: /srv/models/tiny/, dest: /opt/models/tiny}
+
+- name: Install a systemd unit rendered on the controller, checked before it replaces the old one
+  inferops.gpu_inference.managed_files:
+    directories: [/etc/sglang]
+    files:
+      - content: "{{ lookup('ansible.builtin.template', 'sglang.service.j2') }}"
+        dest: /etc/systemd/system/sglang.service
+        validate: /usr/bin/systemd-analyze verify %s:sglang.service
 """
 
 RETURN = r"""
+directories_made:
+  description: Directories of O(directories) that were (or would be) made.
+  type: list
+  elements: str
+  returned: always
 copied:
   description: Destinations whose content was (or, in check mode, would be) copied.
   type: list

@@ -11,7 +11,15 @@
   sglang_memory.py preflight [--unit sglang.service] --model-config PATH
       measure's JSON plus what the deploy's preflight reads in the same call (issue 27): the container's addresses
       (`ip -4 -o addr show scope global`, lines), its listening TCP sockets (`ss -Hltnp`, lines) and whether
-      PATH exists (model_config_present). A command that fails fails the script.
+      PATH exists (model_config_present); with --venv, whether its pip is there (venv_pip_present: a run cut while
+      making the virtualenv leaves none); the unit's `systemctl is-enabled` and `is-active` words (unit_enabled,
+      unit_active). A command that fails fails the script (systemctl's words are read whatever its status).
+  sglang_memory.py verify [--unit sglang.service] --health-url URL [--info-path server_info] [--api-key-file F]
+                          [--timeout 600]
+      measure's JSON once URL/health answers 200 (polled every second, up to --timeout seconds; else it fails
+      saying what it saw last), plus the server's own arguments (GET URL/<info-path> with the key of
+      --api-key-file as a Bearer token) as server_info, without the keys that hold the API key (issue 27: one
+      call where the deploy's verify made three).
 (The start guard is the unit's launcher, sglang_launch.py.)
 """
 from __future__ import annotations
@@ -21,6 +29,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 KIB = 1024
 
@@ -130,6 +141,60 @@ def main_pid(unit: str):
     return int(out[0]) if out and out[0].strip().isdigit() else None
 
 
+def systemctl_word(verb: str, unit: str):
+    """`systemctl is-enabled|is-active UNIT`'s word (its exit status only says whether the word is the good one)."""
+    try:
+        done = subprocess.run(["/usr/bin/systemctl", verb, unit], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, check=False, env=dict(os.environ, LC_ALL="C"))
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def http_get(url: str, headers: dict, timeout: float):
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the container's own server)
+        return response.status, response.read()
+
+
+def wait_health(url: str, timeout: float) -> float:
+    """Seconds until URL/health answered 200; SystemExit with the last answer after timeout seconds."""
+    start = time.monotonic()
+    last = "no answer yet"
+    while True:
+        try:
+            status, _body = http_get(url.rstrip("/") + "/health", {}, 10)
+            if status == 200:
+                return round(time.monotonic() - start, 1)
+            last = "HTTP %d" % status
+        except urllib.error.HTTPError as exc:
+            last = "HTTP %d" % exc.code
+        except (OSError, ValueError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        if time.monotonic() - start >= timeout:
+            raise SystemExit("%s/health did not answer 200 within %d s (last: %s); see journalctl -u the unit"
+                             % (url.rstrip("/"), timeout, last))
+        time.sleep(1)
+
+
+def server_info(url: str, path: str, key_file) -> dict:
+    headers = {}
+    if key_file:
+        with open(key_file) as f:
+            headers["Authorization"] = "Bearer " + f.read().strip()
+    try:
+        status, body = http_get(url.rstrip("/") + "/" + path.lstrip("/"), headers, 10)
+        info = json.loads(body)
+    except urllib.error.HTTPError as exc:
+        raise SystemExit("%s/%s answered HTTP %d" % (url.rstrip("/"), path, exc.code))
+    except (OSError, ValueError) as exc:
+        raise SystemExit("%s/%s could not be read: %s" % (url.rstrip("/"), path, exc))
+    if status != 200 or not isinstance(info, dict):
+        raise SystemExit("%s/%s answered HTTP %d without a JSON object" % (url.rstrip("/"), path, status))
+    # /server_info echoes the server's arguments, the API key among them: never printed.
+    return {k: v for k, v in info.items() if "api_key" not in k}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -138,13 +203,28 @@ def main() -> int:
     pre = sub.add_parser("preflight")
     pre.add_argument("--unit", default="sglang.service")
     pre.add_argument("--model-config", required=True)
+    pre.add_argument("--venv")
+    ver = sub.add_parser("verify")
+    ver.add_argument("--unit", default="sglang.service")
+    ver.add_argument("--health-url", required=True)
+    ver.add_argument("--info-path")
+    ver.add_argument("--api-key-file")
+    ver.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
+    extra = {}
+    if args.cmd == "verify":
+        extra["health_waited_s"] = wait_health(args.health_url, args.timeout)
+        extra["server_info"] = server_info(args.health_url, args.info_path, args.api_key_file) if args.info_path else None
     out = measure(args.unit)
+    out.update(extra)
     out["main_pid"] = main_pid(args.unit)
     if args.cmd == "preflight":
         out["addresses"] = lines_of(["/usr/sbin/ip", "-4", "-o", "addr", "show", "scope", "global"])
         out["listeners"] = lines_of(["/usr/bin/ss", "-Hltnp"])
         out["model_config_present"] = os.path.exists(args.model_config)
+        out["venv_pip_present"] = os.path.exists(os.path.join(args.venv, "bin", "pip")) if args.venv else None
+        out["unit_enabled"] = systemctl_word("is-enabled", args.unit)
+        out["unit_active"] = systemctl_word("is-active", args.unit)
     print(json.dumps(out))
     return 0
 

@@ -145,3 +145,68 @@ def test_a_file_may_have_its_own_owner_group_and_mode(src, tmp_path):
     assert changes["copy"][0]["group"] == MYGROUP and stat.S_IMODE(os.stat(dest / "key").st_mode) == 0o640
     with pytest.raises(mf.ManagedFilesError, match="user or group name"):
         mf.expand([{"src": "launch.py", "dest": "/k", "group": "a:b"}], [], lambda s: str(src / s), "0644", "0755")
+
+
+def test_directories_are_made_then_their_mode_fixed_in_the_same_read(tmp_path):
+    top = tmp_path / "opt" / "sglang"
+    dirs = mf.directories([str(top / "wheelhouse"), str(top)])
+    req = mf.read_request([], dirs)
+    first = mf.plan_dirs(dirs, remote(req), ME, MYGROUP, "0750")
+    assert first["make"] == [str(top), str(top / "wheelhouse")] and not first["fix"]
+    remote(mf.mkdirs_request({"copy": []}, ME, MYGROUP, "0750", first))
+    assert all(stat.S_IMODE(os.stat(d).st_mode) == 0o750 for d in dirs)  # the world, not the plan
+    os.chmod(top, 0o700)
+    second = mf.plan_dirs(dirs, remote(req), ME, MYGROUP, "0750")
+    assert not second["make"] and [f["dest"] for f in second["fix"]] == [str(top)]
+    assert "directory mode 0700" in mf.diff_of({"copy": [], "fix": []}, second, directory_mode="0750")[0]["before"]
+    remote(mf.mkdirs_request({"copy": []}, ME, MYGROUP, "0750", second))
+    assert stat.S_IMODE(os.stat(top).st_mode) == 0o750
+    assert mf.plan_dirs(dirs, remote(req), ME, MYGROUP, "0750") == {"make": [], "fix": []}
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(mf.ManagedFilesError, match="not a directory"):
+        mf.plan_dirs([str(tmp_path / "afile")], remote(mf.read_request([], [str(tmp_path / "afile")])), ME, MYGROUP, "0755")
+    with pytest.raises(mf.ManagedFilesError, match="absolute path"):
+        mf.directories(["relative"])
+
+
+def _unit_rows(src, dest, text, validate):
+    (src / "unit").write_text(text)
+    return mf.expand([{"src": "unit", "dest": str(dest / "a.service"), "validate": validate, "text": text, "label": "content"},
+                      {"src": "launch.py", "dest": str(dest / "launch.py")}],
+                     [], lambda s: str(src / s), "0644", "0755")
+
+
+def test_validate_refuses_the_new_file_and_nothing_changes(src, tmp_path):
+    dest = tmp_path / "dest"
+    script = tmp_path / "check.py"
+    script.write_text("import sys\nsys.exit(0 if open(sys.argv[1]).read().startswith('[Unit]') else 3)\n")
+    validate = "%s %s %%s" % (sys.executable, script)
+    sync(_unit_rows(src, dest, "[Unit]\nDescription=a\n", validate))
+    assert (dest / "a.service").read_text() == "[Unit]\nDescription=a\n"
+    (src / "launch.py").write_text("print('y')\n")
+    rows = _unit_rows(src, dest, "garbage\n", validate)
+    req = mf.read_request(rows)
+    changes = mf.plan(rows, remote(req), ME, MYGROUP)
+    assert len(changes["copy"]) == 2
+    for item in changes["copy"]:
+        put(item)
+    out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(mf.install_request(changes, ME, MYGROUP, "0755"))],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "refused the new" in out.stderr and "nothing was changed" in out.stderr
+    # Neither file was replaced (the valid launcher waits for the unit), and no temporary file is left.
+    assert (dest / "a.service").read_text() == "[Unit]\nDescription=a\n"
+    assert (dest / "launch.py").read_text() == "print('x')\n"
+    assert not [p for p in os.listdir(dest) if p.endswith(mf.TMP_SUFFIX)]
+    with pytest.raises(mf.ManagedFilesError, match="containing %s"):
+        mf.expand([{"src": "launch.py", "dest": "/a", "validate": "true"}], [], lambda s: str(src / s), "0644", "0755")
+
+
+def test_diff_of_inline_content_shows_its_text_before_and_after(src, tmp_path):
+    dest = tmp_path / "dest"
+    sync(_unit_rows(src, dest, "[Unit]\nDescription=a\n", None))
+    rows = _unit_rows(src, dest, "[Unit]\nDescription=b\n", None)
+    changes = mf.plan(rows, remote(mf.read_request(rows)), ME, MYGROUP)
+    texts = remote(mf.text_request(changes))
+    assert texts == {str(dest / "a.service"): "[Unit]\nDescription=a\n"}
+    diff = mf.diff_of(changes, texts=texts)
+    assert diff[0]["before"].endswith("Description=a\n") and diff[0]["after"].endswith("Description=b\n")
