@@ -44,7 +44,8 @@ class ActionModule(ActionBase):
         unknown = sorted(set(args) - set(ARGS))
         if unknown:
             return dict(result, failed=True, msg="unsupported option(s): %s (supported: %s)" % (", ".join(unknown), ", ".join(ARGS)))
-        owner, group = str(args.get("owner", "root")), str(args.get("group", "root"))
+        # null: not managed (files written as the connection's user, such as a report on the controller).
+        owner, group = (None if args.get(k, "root") is None else str(args.get(k, "root")) for k in ("owner", "group"))
         python = str(args.get("python") or "/usr/bin/python3")
 
         def find(src):

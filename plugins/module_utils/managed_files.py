@@ -150,9 +150,14 @@ def plan_dirs(dirs: Sequence[str], remote: Mapping[str, Any], owner: str, group:
             out["make"].append(d)
         elif not seen.get("is_dir"):
             raise ManagedFilesError("%s exists on the target and is not a directory" % d)
-        elif seen.get("mode") != mode or seen.get("owner") != owner or seen.get("group") != group:
+        elif seen.get("mode") != mode or _differs(seen.get("owner"), owner) or _differs(seen.get("group"), group):
             out["fix"].append({"dest": d, "before": {k: seen.get(k) for k in ("exists", "mode", "owner", "group")}})
     return out
+
+
+def _differs(seen: Any, wanted: Optional[str]) -> bool:
+    """An owner or group of None is not managed (the connection's user keeps it: a controller-side report)."""
+    return wanted is not None and seen != wanted
 
 
 def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: str, group: str) -> dict[str, list]:
@@ -173,7 +178,7 @@ def plan(rows: Sequence[Mapping[str, Any]], remote: Mapping[str, Any], owner: st
                 "before": {k: seen.get(k) for k in ("exists", "sha256", "mode", "owner", "group")}}
         if not seen.get("exists") or seen.get("sha256") != row["sha256"]:
             out["copy"].append(want)
-        elif seen.get("mode") != row["mode"] or seen.get("owner") != owner or seen.get("group") != group:
+        elif seen.get("mode") != row["mode"] or _differs(seen.get("owner"), owner) or _differs(seen.get("group"), group):
             out["fix"].append(want)
         else:
             out["same"].append(row["dest"])
@@ -279,7 +284,8 @@ def info(path):
         out["sha256"] = h.hexdigest()
     return out
 def ids(req):
-    return pwd.getpwnam(req["owner"]).pw_uid, grp.getgrnam(req["group"]).gr_gid
+    return (pwd.getpwnam(req["owner"]).pw_uid if req["owner"] is not None else -1,
+            grp.getgrnam(req["group"]).gr_gid if req["group"] is not None else -1)
 if req["op"] == "read":
     print(json.dumps({p: info(p) for p in req["paths"]}))
 elif req["op"] == "mkdirs":

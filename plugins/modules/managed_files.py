@@ -54,11 +54,12 @@ options:
     elements: path
     default: []
   owner:
-    description: Owner of every managed file (a user name on the target).
+    description: Owner of every managed file (a user name on the target); null leaves it to the connection's user
+      (a file on the controller, written by whoever runs the playbook).
     type: str
     default: root
   group:
-    description: Group of every managed file (a group name on the target).
+    description: Group of every managed file (a group name on the target); null leaves it as made.
     type: str
     default: root
   mode:

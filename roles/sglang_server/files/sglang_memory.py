@@ -13,7 +13,9 @@
       (`ip -4 -o addr show scope global`, lines), its listening TCP sockets (`ss -Hltnp`, lines) and whether
       PATH exists (model_config_present); with --venv, whether its pip is there (venv_pip_present: a run cut while
       making the virtualenv leaves none); the unit's `systemctl is-enabled` and `is-active` words (unit_enabled,
-      unit_active). A command that fails fails the script (systemctl's words are read whatever its status).
+      unit_active); with --user and --user-home, whether that user exists with that home directory (there) and the
+      shell /usr/sbin/nologin (user_as_wanted). A command that fails fails the script (systemctl's words are read
+      whatever its status).
   sglang_memory.py verify [--unit sglang.service] --health-url URL [--info-path server_info] [--api-key-file F]
                           [--timeout 600]
       measure's JSON once URL/health answers 200 (polled every second, up to --timeout seconds; else it fails
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -151,6 +154,15 @@ def systemctl_word(verb: str, unit: str):
     return done.stdout.strip() or None
 
 
+def user_as_wanted(name: str, home: str, shell: str = "/usr/sbin/nologin") -> bool:
+    """The service user as the role makes it: the name, its home directory (existing), its shell."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return entry.pw_dir == home and entry.pw_shell == shell and os.path.isdir(home)
+
+
 def http_get(url: str, headers: dict, timeout: float):
     request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the container's own server)
@@ -204,6 +216,8 @@ def main() -> int:
     pre.add_argument("--unit", default="sglang.service")
     pre.add_argument("--model-config", required=True)
     pre.add_argument("--venv")
+    pre.add_argument("--user")
+    pre.add_argument("--user-home")
     ver = sub.add_parser("verify")
     ver.add_argument("--unit", default="sglang.service")
     ver.add_argument("--health-url", required=True)
@@ -223,6 +237,7 @@ def main() -> int:
         out["listeners"] = lines_of(["/usr/bin/ss", "-Hltnp"])
         out["model_config_present"] = os.path.exists(args.model_config)
         out["venv_pip_present"] = os.path.exists(os.path.join(args.venv, "bin", "pip")) if args.venv else None
+        out["user_as_wanted"] = user_as_wanted(args.user, args.user_home) if args.user and args.user_home else None
         out["unit_enabled"] = systemctl_word("is-enabled", args.unit)
         out["unit_active"] = systemctl_word("is-active", args.unit)
     print(json.dumps(out))

@@ -210,3 +210,19 @@ def test_diff_of_inline_content_shows_its_text_before_and_after(src, tmp_path):
     assert texts == {str(dest / "a.service"): "[Unit]\nDescription=a\n"}
     diff = mf.diff_of(changes, texts=texts)
     assert diff[0]["before"].endswith("Description=a\n") and diff[0]["after"].endswith("Description=b\n")
+
+
+def test_an_owner_of_none_is_left_as_made(src, tmp_path):
+    dest = tmp_path / "report"
+    rows = mf.expand([{"src": "launch.py", "dest": str(dest / "deploy.txt")}], [], lambda s: str(src / s), "0644", "0755")
+    req = mf.read_request(rows, [str(dest)])
+    remote_state = remote(req)
+    dirs = mf.plan_dirs([str(dest)], remote_state, None, None, "0755")
+    changes = mf.plan(rows, remote_state, None, None)
+    remote(mf.mkdirs_request(changes, None, None, "0755", dirs))
+    for item in changes["copy"]:
+        put(item)
+    remote(mf.install_request(changes, None, None, "0755"))
+    assert os.stat(dest / "deploy.txt").st_uid == os.getuid() and (dest / "deploy.txt").read_text() == "print('x')\n"
+    again = mf.plan(rows, remote(req), None, None)
+    assert not again["copy"] and not again["fix"]
