@@ -14,7 +14,8 @@
       PATH exists (model_config_present); with --venv, whether its pip is there (venv_pip_present: a run cut while
       making the virtualenv leaves none); the unit's `systemctl is-enabled` and `is-active` words (unit_enabled,
       unit_active); with --user and --user-home, whether that user exists with that home directory (there) and the
-      shell /usr/sbin/nologin (user_as_wanted). A command that fails fails the script (systemctl's words are read
+      shell /usr/sbin/nologin (user_as_wanted); the version of sglang installed in --venv (its dist-info METADATA;
+      sglang_installed_version, none when absent). A command that fails fails the script (systemctl's words are read
       whatever its status).
   sglang_memory.py verify [--unit sglang.service] --health-url URL [--info-path server_info] [--api-key-file F]
                           [--timeout 600]
@@ -163,6 +164,30 @@ def user_as_wanted(name: str, home: str, shell: str = "/usr/sbin/nologin") -> bo
     return entry.pw_dir == home and entry.pw_shell == shell and os.path.isdir(home)
 
 
+def installed_version(venv: str, name: str):
+    """The Version of NAME's *.dist-info/METADATA in the virtualenv's site-packages (None when not installed)."""
+    wanted = name.lower().replace("_", "-").replace(".", "-")
+    lib = os.path.join(venv, "lib")
+    for pyver in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        site = os.path.join(lib, pyver, "site-packages")
+        for entry in sorted(os.listdir(site)) if os.path.isdir(site) else []:
+            if not entry.endswith(".dist-info"):
+                continue
+            meta = {}
+            try:
+                with open(os.path.join(site, entry, "METADATA"), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        if not line.strip():
+                            break
+                        key, _sep, value = line.partition(":")
+                        meta.setdefault(key.strip(), value.strip())
+            except OSError:
+                continue
+            if meta.get("Name", "").lower().replace("_", "-").replace(".", "-") == wanted:
+                return meta.get("Version")
+    return None
+
+
 def http_get(url: str, headers: dict, timeout: float):
     request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (the container's own server)
@@ -238,6 +263,7 @@ def main() -> int:
         out["model_config_present"] = os.path.exists(args.model_config)
         out["venv_pip_present"] = os.path.exists(os.path.join(args.venv, "bin", "pip")) if args.venv else None
         out["user_as_wanted"] = user_as_wanted(args.user, args.user_home) if args.user and args.user_home else None
+        out["sglang_installed_version"] = installed_version(args.venv, "sglang") if args.venv else None
         out["unit_enabled"] = systemctl_word("is-enabled", args.unit)
         out["unit_active"] = systemctl_word("is-active", args.unit)
     print(json.dumps(out))
