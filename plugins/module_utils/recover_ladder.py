@@ -205,6 +205,11 @@ def _derive(state: dict[str, Any]) -> dict[str, Any]:
                                       and flags["start_container"])
     state["reboot_now"] = diagnosed and not clean and nxt == gate.RUNG_REBOOT and not state["reboot_needed"]
     state["ignore_baseline"] = flags["record_baseline"] and not state["baseline_recorded"]
+    # Rung 1's `systemctl stop` ran out of its timeout just before: systemd sent SIGTERM to every process of the unit
+    # when that stop began (systemd.kill(5), KillMode=control-group), so rung 2 sends those only SIGKILL (issue 27).
+    last = (state.get("rungs") or [{}])[-1]
+    state["unit_stop_timed_out"] = bool(state["climb"] and nxt == gate.RUNG_KILL_HOLDERS
+                                        and last.get("rung") == gate.RUNG_STOP_SERVICE and last.get("stop_timed_out"))
     return state
 
 
@@ -271,6 +276,7 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
             raise LadderError("a verification with no rung or step before it")
         poll = _strip(result)
         record = {k: pending[k] for k in ("rung", "name", "t0", "t1", "action")}
+        record["stop_timed_out"] = bool(pending.get("stop_timed_out"))
         record.update(t_end=_num(t1, "t1"), poll=_strip(poll, ("evidence",)))
         new["rungs"].append(record)
         new.update(pending=None, after=poll, clean=bool(poll.get("clean")), last_rung=int(pending["rung"]),

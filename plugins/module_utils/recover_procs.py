@@ -80,6 +80,18 @@ def container_of_cgroup(text: Optional[str]) -> Optional[int]:
     return vmids.pop() if len(vmids) == 1 else None
 
 
+def in_unit(text: Optional[str], unit: str) -> bool:
+    """Whether a /proc/PID/cgroup text puts the process in the systemd unit ``unit`` (its cgroup, or one below it:
+    ``.../system.slice/sglang.service`` or ``.../sglang.service/...``), on the v2 line or the v1 ``name=systemd`` one."""
+    if not unit:
+        return False
+    for path in parse_proc_cgroup(text).values():
+        parts = path.strip("/").split("/")
+        if unit in parts:
+            return True
+    return False
+
+
 def container_of_pid(pid: int, root: str = "/") -> Union[int, str]:
     """Who a host PID (an nvidia-smi compute app) belongs to: the VMID of its container, "host", or "gone" when its
     /proc/PID/cgroup cannot be read (the process has exited)."""

@@ -79,6 +79,14 @@ options:
     description: Seconds between SIGTERM and SIGKILL (O(action=kill_holders)); V(0) sends only SIGKILL.
     type: int
     default: 10
+  unit_stop_timed_out:
+    description:
+      - O(action=kill_holders) right after rung 1's C(systemctl stop) of O(service) ran out of its timeout (the ladder
+        says so). systemd sent SIGTERM to every process of the unit when that stop began (systemd.kill(5),
+        C(KillMode=control-group)), so when every process to signal is in the unit's cgroup they get SIGKILL at once,
+        without a second SIGTERM and O(term_grace); when any is not (an escaped worker), all get SIGTERM and O(term_grace) first.
+    type: bool
+    default: false
   wait:
     description: Seconds to wait, after the last SIGKILL to GPU holders, for them to be gone (they may stay in D state).
     type: int
@@ -192,6 +200,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import read_text
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
 
@@ -272,7 +281,7 @@ def replan(vmid, refs, init_pid):
     return rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
 
 
-def kill_holders(module, vmid, smi, result, term_grace, wait):
+def kill_holders(module, vmid, smi, result, term_grace, wait, unit_stop_timed_out=False):
     p = module.params
     scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
     mine = scan["container"]
@@ -288,6 +297,10 @@ def kill_holders(module, vmid, smi, result, term_grace, wait):
     plan = rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
     result["refused"].extend(plan["skipped"])
     refs = members(plan, scan["all"])
+    if unit_stop_timed_out and refs and all(procs.in_unit(read_text("/proc/%d/cgroup" % pid), p["service"]) for pid, _st in refs):
+        term_grace = 0
+        result["sigkill_only"] = ("every process to signal is in %s, whose stop ran out of its timeout: systemd sent them "
+                                  "SIGTERM when it began (systemd.kill(5))" % p["service"])
     result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_KILL_HOLDERS], "targets": ["%d/%s" % (x["pid"], x["comm"]) for x in targets],
                          "process_groups": plan["groups"], "pids": plan["pids"],
                          "signals": (["SIGTERM", "SIGKILL"] if term_grace > 0 else ["SIGKILL"])}
@@ -331,6 +344,10 @@ def abort_fuse(module, vmid, result):
     plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
             "skipped": plan["skipped"]}
     refs = members(plan, scan["all"])
+    if unit_stop_timed_out and refs and all(procs.in_unit(read_text("/proc/%d/cgroup" % pid), p["service"]) for pid, _st in refs):
+        term_grace = 0
+        result["sigkill_only"] = ("every process to signal is in %s, whose stop ran out of its timeout: systemd sent them "
+                                  "SIGTERM when it began (systemd.kill(5))" % p["service"])
     result["planned"] = {"action": "abort_fuse", "stuck": ["%d/%s (%s)" % (x["pid"], x["comm"], x["wchan"]) for x in stuck],
                          "connections": sorted(conns.values(), key=lambda c: c["conn"]), "then_sigkill": plan["pids"]}
     if not stuck:
@@ -587,7 +604,8 @@ def reset_groups(module, smi, plan, result, t):
 
 def rung_kill_holders(module, vmid, smi, result):
     disable_service(module, vmid, result)
-    kill_holders(module, vmid, smi, result, module.params["term_grace"], module.params["wait"])
+    kill_holders(module, vmid, smi, result, module.params["term_grace"], module.params["wait"],
+                 module.params["unit_stop_timed_out"])
     result["planned"]["disable_service_first"] = module.params["service"]
 
 
@@ -642,6 +660,7 @@ def main():
             container_shutdown_timeout=dict(type="int", default=60),
             container_stop_timeout=dict(type="int", default=90),
             term_grace=dict(type="int", default=10),
+            unit_stop_timed_out=dict(type="bool", default=False),
             wait=dict(type="int", default=30),
             gpus=dict(type="list", elements="int"),
             command_timeout=dict(type="int", default=60),

@@ -68,6 +68,11 @@ def test_the_verification_is_told_when_rung_1s_stop_ran_out_of_its_timeout(rung,
     s = recover_step(begin(), "diagnosed", result=diag(False, rung))
     s = recover_step(s, "acted", result={"commands": commands}, t0=1, t1=2)
     assert s["pending"]["stop_timed_out"] is expect
+    # Rung 2, when it follows, is told the unit's processes had their SIGTERM (issue 27); no later rung is.
+    s = recover_step(s, "verified", result=diag(False, 2), t1=3)
+    assert s["next"] == 2 and s["unit_stop_timed_out"] is (expect and rung == 1)
+    s = recover_step(recover_step(s, "acted", result={"commands": []}, t0=4, t1=5), "verified", result=diag(False, 4), t1=6)
+    assert s["unit_stop_timed_out"] is False
 
 
 def test_a_container_that_was_stopped_before_recovery_stays_stopped():

@@ -180,3 +180,11 @@ def test_read_stat_and_is_alive(tmp_path):
     assert procs.is_alive(20, 778, root) is None  # the PID was reused
     assert procs.is_alive(21, 778, root) is None  # a zombie
     assert procs.read_stat(22, root) is None and procs.is_alive(22, None, root) is None
+
+
+def test_in_unit_reads_the_v2_line_and_v1_name_systemd():
+    assert procs.in_unit("0::/lxc/129/ns/system.slice/sglang.service\n", "sglang.service")
+    assert procs.in_unit("1:name=systemd:/lxc/129/ns/system.slice/sglang.service/x\n0::/\n", "sglang.service")
+    assert not procs.in_unit("0::/lxc/129/ns/init.scope\n", "sglang.service")
+    assert not procs.in_unit("0::/lxc/129/ns/system.slice/sglang.service-old\n", "sglang.service")
+    assert not procs.in_unit(None, "sglang.service") and not procs.in_unit("0::/a/sglang.service", "")

@@ -248,3 +248,44 @@ def test_the_actions_are_the_acting_rungs_of_the_gate():
     assert doc["options"]["action"]["choices"] == list(gate.ACTION_NAMES)
     assert sorted(action.RUNG_ACTIONS) == sorted(gate.ACTING_RUNGS)
     assert [gate.RUNG_OF_ACTION[name] for name in gate.ACTION_NAMES] == list(gate.ACTING_RUNGS)
+
+
+def _kill_after_stop(monkeypatch, cgroups, timed_out=True):
+    """kill_holders with term_grace 10 after rung 1's stop (timed out or not); cgroups: {pid: /proc/PID/cgroup}."""
+    sent = []
+    main, rank0 = P(5100, 5100), P(5101, 5100, holds=True)
+    scan = {"container": [main, rank0], "nvidia_holders": [rank0], "all": [P(1, 1, vmid=None), main, rank0]}
+    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: scan)
+    monkeypatch.setattr(procs, "uvm_majors", lambda: [])
+    monkeypatch.setattr(rsig, "wait_until", lambda cond, timeout: cond())
+    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: sent.append(sig) or [])
+    monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
+    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: 5000)
+    monkeypatch.setattr(action, "alive", lambda refs: [{"pid": 5101}] if signal.SIGKILL not in sent else [])
+    monkeypatch.setattr(action, "read_text", lambda path: cgroups.get(int(path.split("/")[2])))
+
+    class Module(FakeModule):
+        params = dict(FakeModule.params, service="sglang.service")
+    result = {"refused": [], "signalled": [], "changed": False}
+    action.kill_holders(Module(), VMID, "/usr/bin/nvidia-smi", result, 10, 0, timed_out)
+    return result, sent
+
+
+UNIT_CG = "0::/lxc/129/ns/system.slice/sglang.service\n"
+ESCAPED_CG = "0::/lxc/129/ns/init.scope\n"
+
+
+def test_after_a_stop_that_timed_out_the_units_processes_get_sigkill_only(monkeypatch):
+    # systemd sent them SIGTERM when the stop began (systemd.kill(5)): no second SIGTERM, no second grace.
+    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: UNIT_CG})
+    assert sent == [signal.SIGKILL] and result["planned"]["signals"] == ["SIGKILL"] and "systemd.kill" in result["sigkill_only"]
+
+
+def test_a_process_outside_the_unit_still_gets_sigterm_and_the_grace(monkeypatch):
+    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: ESCAPED_CG})
+    assert sent == [signal.SIGTERM, signal.SIGKILL] and "sigkill_only" not in result
+
+
+def test_without_a_timed_out_stop_sigterm_comes_first(monkeypatch):
+    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: UNIT_CG}, timed_out=False)
+    assert sent == [signal.SIGTERM, signal.SIGKILL]
