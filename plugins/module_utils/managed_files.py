@@ -232,9 +232,9 @@ def diff_of(changes: Mapping[str, list], dir_changes: Optional[Mapping[str, list
                     "after": "directory mode %04o\n" % mode})
     for f in dir_changes["fix"]:
         shown = f["before"].get("mode")
-        out.append({"before_header": f["dest"], "after_header": f["dest"] + " (directory)",
-                    "before": "directory mode %s owner %s:%s\n" % ("%04o" % shown if isinstance(shown, int) else shown,
-                                                                     f["before"].get("owner"), f["before"].get("group")),
+        shown = "%04o" % shown if isinstance(shown, int) else shown
+        before = "directory mode %s owner %s:%s\n" % (shown, f["before"].get("owner"), f["before"].get("group"))
+        out.append({"before_header": f["dest"], "after_header": f["dest"] + " (directory)", "before": before,
                     "after": "directory mode %04o\n" % mode})
     texts = texts or {}
     for kind in ("copy", "fix"):

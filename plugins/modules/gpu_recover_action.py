@@ -344,10 +344,6 @@ def abort_fuse(module, vmid, result):
     plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
             "skipped": plan["skipped"]}
     refs = members(plan, scan["all"])
-    if unit_stop_timed_out and refs and all(procs.in_unit(read_text("/proc/%d/cgroup" % pid), p["service"]) for pid, _st in refs):
-        term_grace = 0
-        result["sigkill_only"] = ("every process to signal is in %s, whose stop ran out of its timeout: systemd sent them "
-                                  "SIGTERM when it began (systemd.kill(5))" % p["service"])
     result["planned"] = {"action": "abort_fuse", "stuck": ["%d/%s (%s)" % (x["pid"], x["comm"], x["wchan"]) for x in stuck],
                          "connections": sorted(conns.values(), key=lambda c: c["conn"]), "then_sigkill": plan["pids"]}
     if not stuck:

@@ -28,7 +28,7 @@ options:
       returned); C(dest) is the full path on the target (ending in C(/) it is a directory, where the file keeps its name);
       C(mode), C(owner) and C(group) override O(mode), O(owner) and O(group) for that file; C(validate) is a command
       run on the new file (C(%s) is its temporary path beside the destination) before any file of the task is renamed
-      into place, as the copy module's C(validate): when it fails, every new file is removed and nothing is changed.
+      into place, as the copy module's C(validate); when it fails, every new file is removed and nothing is changed.
       Set C(no_log) on a task whose contents are secret (the result names paths and digests only).
     type: list
     elements: dict
