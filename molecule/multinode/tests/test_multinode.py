@@ -233,12 +233,26 @@ def test_one_nodes_ranks_killed_then_the_server_recovered_whole():
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_VAULT_PASSWORD_FILE=f"{LAB}/vault-pass", ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"),
                INFEROPS_REPORT_DIR=os.path.join(ROOT, "reports"))
-    start = time.monotonic()
-    run = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY,
-                          os.path.join(ROOT, "playbooks", "recover.yml"), "-e", "recover_vmid=229",
-                          "-e", "recover_relaunch=true"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=1200)
-    seconds = time.monotonic() - start
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+
+    def recover(*extra: str) -> float:
+        start = time.monotonic()
+        run = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY,
+                              os.path.join(ROOT, "playbooks", "recover.yml"), "-e", "recover_vmid=229", *extra],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=1200)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+        return time.monotonic() - start
+
+    # The ladder alone first, and the world read before anything is started again: no unit process and no rank left
+    # in either container, and each node's driver shows its two GPUs with no process of that container and idle
+    # memory (the gate's 16 MiB), whatever the reports say.
+    ladder_seconds = recover()
+    for vmid, ct in CTS.items():
+        assert unit_pids(vmid) == [] and schedulers(vmid) == {}, vmid
+        assert not [a for a in gpu_apps(ct["node"]) if in_ct(a[0], vmid)], (vmid, gpu_apps(ct["node"]))
+        rows = node(ct["node"], "nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+        used = {int(r.split(",")[0]): int(r.split(",")[1]) for r in rows.splitlines() if r.strip()}
+        assert all(used[g] <= 16 for g in (0, 1)), (vmid, used)
+    seconds = ladder_seconds + recover("-e", "recover_relaunch=true")
 
     reports = {}
     for vmid, ct in CTS.items():
