@@ -466,11 +466,11 @@ class PveLxc:
         if refusal:
             self.fail(refusal, error_kind="not_owned")
 
-    def with_owner_tag(self, declared, exists):
+    def with_owner_tag(self, declared, exists, current=None):
         owner = self.params.get("owner_tag")
         if not owner:
             return declared
-        tags = split_tags(self.pve.read_config().get("tags")) if exists else []
+        tags = split_tags((current if current is not None else self.pve.read_config()).get("tags")) if exists else []
         if exists:
             self.check_owner(tags)
         return dataclasses.replace(declared, config={**declared.config, "tags": pve_config.tags_with_owner(tags, owner)})
@@ -513,7 +513,9 @@ class PveLxc:
         exists = self.pve.exists()
         if state == "absent":
             return self.ensure_absent(exists)
-        declared = self.with_owner_tag(declared, exists)
+        # Read once: the owner check and the update compare against the same config (one API call less per run).
+        current = self.pve.read_config() if exists else None
+        declared = self.with_owner_tag(declared, exists, current)
 
         if not exists:
             self.refuse_vmid_elsewhere()
@@ -522,7 +524,7 @@ class PveLxc:
                 self.result["status"] = "running" if state == "started" else "stopped"
                 return self.result
         else:
-            self.update(declared)
+            self.update(declared, current)
 
         status = self.pve.read_status() if not (self.check_mode and self.result["created"]) else "stopped"
         if state == "started" and status != "running":
@@ -550,8 +552,8 @@ class PveLxc:
         self.pve.create(pve_config.create_params(config, self.vmid, self.params))
         self.show_config_after()
 
-    def update(self, declared):
-        current = self.pve.read_config()
+    def update(self, declared, current=None):
+        current = current if current is not None else self.pve.read_config()
         if not self.params["unprivileged"] and str(current.get("unprivileged", "0")) == "1":
             self.module.warn(f"CT {self.vmid} is unprivileged; unprivileged=false only applies at creation")
         try:
