@@ -105,9 +105,14 @@ class PveClient:
         self.call(f"reading the status of node {self.node} (needs Sys.Audit on /nodes/{self.node})",
                   self.api.nodes(self.node).status.get)
 
-    def listing_entry(self) -> Optional[dict[str, Any]]:
-        """The container's entry in the node's listing (status, mem, ...); None when it does not exist."""
-        listing = self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or []
+    def lxc_listing(self) -> list[dict[str, Any]]:
+        """GET /nodes/<node>/lxc: the node's containers (status, mem, maxmem, tags)."""
+        return list(self.call(f"listing containers on node {self.node}", self.api.nodes(self.node).lxc.get) or [])
+
+    def listing_entry(self, listing: Optional[list[dict[str, Any]]] = None) -> Optional[dict[str, Any]]:
+        """The container's entry in the node's listing (status, mem, ...); None when it does not exist. ``listing``:
+        one already read in this run (query reads it once for this and node_guests)."""
+        listing = self.lxc_listing() if listing is None else listing
         return next((dict(item) for item in listing if str(item.get("vmid")) == str(self.vmid)), None)
 
     def cluster_node_of(self) -> Optional[str]:
@@ -119,19 +124,27 @@ class PveClient:
                 return str(item.get("node") or "") or None
         return None
 
-    def node_guests(self) -> list[dict[str, Any]]:
+    def node_guests(self, lxc_listing: Optional[list[dict[str, Any]]] = None,
+                    known_configs: Optional[dict[int, dict[str, Any]]] = None) -> list[dict[str, Any]]:
         """Every guest of the node (containers and VMs) with its memory limit, use, status and the GPUs its config
         passes through (devN of /dev/nvidiaN; a VM's hostpci GPU is bound to vfio and invisible to the NVIDIA driver,
-        so it cannot be asked for and is not listed)."""
+        so it cannot be asked for and is not listed). ``lxc_listing`` and ``known_configs`` ({vmid: config}): reads
+        already made in this run, not made again."""
         node = self.api.nodes(self.node)
         guests: list[dict[str, Any]] = []
+        known_configs = known_configs or {}
         for kind, lister in (("lxc", node.lxc), ("qemu", node.qemu)):
-            listing = self.call(f"listing the {'containers' if kind == 'lxc' else 'VMs'} of node {self.node}", lister.get) or []
+            if kind == "lxc" and lxc_listing is not None:
+                listing = lxc_listing
+            else:
+                listing = self.call(f"listing the {'containers' if kind == 'lxc' else 'VMs'} of node {self.node}", lister.get) or []
             for item in listing:
                 vmid = int(item.get("vmid"))
                 gpus: list[int] = []
                 if kind == "lxc":
-                    config = self.call(f"reading the config of CT {vmid}", node.lxc(vmid).config.get) or {}
+                    config = known_configs.get(vmid)
+                    if config is None:
+                        config = self.call(f"reading the config of CT {vmid}", node.lxc(vmid).config.get) or {}
                     gpus = config_gpus(config)
                 guests.append({"vmid": vmid, "type": kind, "name": str(item.get("name") or ""),
                                "status": str(item.get("status") or "unknown"), "maxmem_bytes": int(item.get("maxmem") or 0),

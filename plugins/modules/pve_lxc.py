@@ -278,9 +278,10 @@ tags:
   elements: str
   returned: state is query
 template_present:
-  description: (state=query) Whether O(ostemplate) is in its storage on the node; only when O(ostemplate) is given.
+  description: (state=query) Whether O(ostemplate) is in its storage on the node; only when O(ostemplate) is given
+    and the container does not exist (the template only serves to create it).
   type: bool
-  returned: state is query and ostemplate is given
+  returned: state is query, ostemplate is given and the container does not exist
 exists:
   description: (state=query) Whether the container is in the node's listing.
   type: bool
@@ -487,16 +488,20 @@ class PveLxc:
         """state=query: read only. The node's status, the container's listing entry (status, mem) and config when it
         exists, and whether O(ostemplate) is in its storage."""
         self.pve.check_node()
-        entry = self.pve.listing_entry()
+        # One listing and one config read serve the container and node_guests (issue 27: fewer API calls per run).
+        listing = self.pve.lxc_listing()
+        entry = self.pve.listing_entry(listing)
         config = self.pve.read_config() if entry is not None else {}
         self.result.update(exists=entry is not None, status=(entry or {}).get("status", "absent"),
                            mem_bytes=int((entry or {}).get("mem") or 0), config=config,
                            tags=split_tags(config.get("tags")))
         template = self.params.get("ostemplate")
-        if template:
+        # The template matters only to create the container: not looked for when it exists.
+        if template and entry is None:
             self.result["template_present"] = self.pve.template_present(template)
         if self.params.get("node_guests"):
-            self.result["node_guests"] = self.pve.node_guests()
+            self.result["node_guests"] = self.pve.node_guests(
+                lxc_listing=listing, known_configs={self.vmid: config} if entry is not None else None)
         if entry is not None:
             self.check_owner(self.result["tags"])
         else:
