@@ -228,9 +228,11 @@ def gather(module, root="/"):
         "nvidia_smi_error": None,
     }
 
-    smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
+    smi = params["nvidia_smi_path"]
     if smi and not os.access(smi, os.X_OK):
         smi = None  # a named nvidia-smi that is not there yet (a container before its userspace driver)
+    elif not smi:
+        smi = module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     if not smi:
         result["nvidia_smi_error"] = "nvidia-smi not found (no NVIDIA userspace driver installed, or not in PATH)"
     else:

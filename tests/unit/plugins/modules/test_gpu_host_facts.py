@@ -78,3 +78,15 @@ def test_container_memory_is_read_per_vmid_from_pct_status(monkeypatch, capsys):
 def test_no_container_memory_unless_asked(monkeypatch, capsys):
     res = run(monkeypatch, capsys, {}, pct=lambda args: pytest.fail("pct called"))
     assert res["containers_memory"] == {}
+
+
+def test_a_named_nvidia_smi_that_is_not_there_reads_as_none(monkeypatch, capsys, tmp_path):
+    # The container play names /usr/bin/nvidia-smi; before the userspace driver is installed it is not there.
+    res = run(monkeypatch, capsys, {"nvidia_smi_path": str(tmp_path / "nvidia-smi")})
+    assert res.get("failed") is not True and res["gpus"] == [] and "not found" in res["nvidia_smi_error"]
+    assert res["driver_version"] is None
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    res = run(monkeypatch, capsys, {"nvidia_smi_path": str(smi)})
+    assert res["driver_version"] == "550.54.15" and res["nvidia_smi_error"] is None
