@@ -286,68 +286,75 @@ def info(path):
 def ids(req):
     return (pwd.getpwnam(req["owner"]).pw_uid if req["owner"] is not None else -1,
             grp.getgrnam(req["group"]).gr_gid if req["group"] is not None else -1)
-if req["op"] == "read":
-    print(json.dumps({p: info(p) for p in req["paths"]}))
-elif req["op"] == "mkdirs":
-    uid, gid = ids(req)
-    made = []
-    for d in req["dirs"]:
-        todo = []
-        while d and not os.path.isdir(d):
-            todo.append(d)
-            d = os.path.dirname(d)
-        for d in reversed(todo):
-            os.mkdir(d, req["directory_mode"])
+def run():
+    if req["op"] == "read":
+        print(json.dumps({p: info(p) for p in req["paths"]}))
+    elif req["op"] == "mkdirs":
+        uid, gid = ids(req)
+        made = []
+        for d in req["dirs"]:
+            todo = []
+            while d and not os.path.isdir(d):
+                todo.append(d)
+                d = os.path.dirname(d)
+            for d in reversed(todo):
+                os.mkdir(d, req["directory_mode"])
+                os.chown(d, uid, gid)
+                os.chmod(d, req["directory_mode"])
+                made.append(d)
+        for d in req.get("fix", []):
             os.chown(d, uid, gid)
             os.chmod(d, req["directory_mode"])
-            made.append(d)
-    for d in req.get("fix", []):
-        os.chown(d, uid, gid)
-        os.chmod(d, req["directory_mode"])
-    print(json.dumps({"made": made, "fixed": req.get("fix", [])}))
-elif req["op"] == "read_text":
-    out = {}
-    for p in req["paths"]:
-        try:
-            with open(p, "rb") as f:
-                data = f.read(req["max_bytes"] + 1)
-            out[p] = data.decode("utf-8") if len(data) <= req["max_bytes"] and b"\0" not in data else None
-        except (OSError, UnicodeDecodeError):
-            out[p] = None
-    print(json.dumps(out))
-elif req["op"] == "install":
-    done = []
-    def refuse(msg):
-        for it in req["items"]:
-            if it["tmp"] and os.path.lexists(it["tmp"]):
-                os.unlink(it["tmp"])
-        raise SystemExit(msg)
-    for it in req["items"]:
-        if not it["tmp"]:
-            continue
-        got = info(it["tmp"]).get("sha256")
-        if got != it["sha256"]:
-            refuse("%s arrived with sha256 %s, expected %s; nothing was changed" % (it["dest"], got, it["sha256"]))
-        if it.get("validate"):
-            argv = shlex.split(it["validate"].replace("%s", shlex.quote(it["tmp"])))
+        print(json.dumps({"made": made, "fixed": req.get("fix", [])}))
+    elif req["op"] == "read_text":
+        out = {}
+        for p in req["paths"]:
             try:
-                run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-            except OSError as exc:
-                refuse("validate %r of %s could not run: %s; nothing was changed" % (it["validate"], it["dest"], exc))
-            if run.returncode != 0:
-                refuse("validate %r refused the new %s (rc %d): %s; nothing was changed"
-                       % (it["validate"], it["dest"], run.returncode, run.stdout.strip()[-800:]))
-    for it in req["items"]:
-        uid, gid = ids(it)
-        path = it["tmp"] or it["dest"]
-        os.chown(path, uid, gid)
-        os.chmod(path, it["mode"])
-        if it["tmp"]:
-            os.rename(path, it["dest"])
-        done.append(it["dest"])
-    print(json.dumps({"installed": done}))
-else:
-    raise SystemExit("unknown op %r" % req["op"])
+                with open(p, "rb") as f:
+                    data = f.read(req["max_bytes"] + 1)
+                out[p] = data.decode("utf-8") if len(data) <= req["max_bytes"] and b"\0" not in data else None
+            except (OSError, UnicodeDecodeError):
+                out[p] = None
+        print(json.dumps(out))
+    elif req["op"] == "install":
+        done = []
+        def refuse(msg):
+            for it in req["items"]:
+                if it["tmp"] and os.path.lexists(it["tmp"]):
+                    os.unlink(it["tmp"])
+            raise SystemExit(msg)
+        for it in req["items"]:
+            if not it["tmp"]:
+                continue
+            got = info(it["tmp"]).get("sha256")
+            if got != it["sha256"]:
+                refuse("%s arrived with sha256 %s, expected %s; nothing was changed" % (it["dest"], got, it["sha256"]))
+            if it.get("validate"):
+                argv = shlex.split(it["validate"].replace("%s", shlex.quote(it["tmp"])))
+                try:
+                    run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+                except OSError as exc:
+                    refuse("validate %r of %s could not run: %s; nothing was changed" % (it["validate"], it["dest"], exc))
+                if run.returncode != 0:
+                    refuse("validate %r refused the new %s (rc %d): %s; nothing was changed"
+                           % (it["validate"], it["dest"], run.returncode, run.stdout.strip()[-800:]))
+        for it in req["items"]:
+            uid, gid = ids(it)
+            path = it["tmp"] or it["dest"]
+            os.chown(path, uid, gid)
+            os.chmod(path, it["mode"])
+            if it["tmp"]:
+                os.rename(path, it["dest"])
+            done.append(it["dest"])
+        print(json.dumps({"installed": done}))
+    else:
+        raise SystemExit("unknown op %r" % req["op"])
+# Whatever fails on the target (a container stopped under the run, a read-only or vanished path, a user that is not
+# there) ends with one line naming it, never a traceback (the action plugin shows it to the operator).
+try:
+    run()
+except (OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+    raise SystemExit("%s failed on the target: %s: %s" % (req.get("op"), type(exc).__name__, exc))
 '''
 
 

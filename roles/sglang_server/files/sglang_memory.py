@@ -271,4 +271,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, ValueError, KeyError) as exc:
+        # A container stopped under the run, a vanished /proc entry: one line for the operator, never a traceback.
+        sys.exit("sglang-memory: %s: %s" % (type(exc).__name__, exc))

@@ -226,3 +226,16 @@ def test_an_owner_of_none_is_left_as_made(src, tmp_path):
     assert os.stat(dest / "deploy.txt").st_uid == os.getuid() and (dest / "deploy.txt").read_text() == "print('x')\n"
     again = mf.plan(rows, remote(req), None, None)
     assert not again["copy"] and not again["fix"]
+
+
+def test_a_failure_on_the_target_is_one_line_not_a_traceback(tmp_path):
+    (tmp_path / "ro").mkdir()
+    os.chmod(tmp_path / "ro", 0o500)
+    req = {"op": "mkdirs", "owner": None, "group": None, "directory_mode": 0o755, "dirs": [str(tmp_path / "ro" / "x")]}
+    out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(req)], capture_output=True, text=True, check=False)
+    if os.geteuid() == 0:  # root ignores the mode: a path under a regular file fails the same way for root
+        (tmp_path / "file").write_text("x")
+        req["dirs"] = [str(tmp_path / "file" / "x")]
+        out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(req)], capture_output=True, text=True, check=False)
+    assert out.returncode == 1 and "mkdirs failed on the target" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
