@@ -90,10 +90,12 @@ class World:
         while len(joined) < self.size - 1:
             if self.stopped():
                 raise Stopped()
-            if time.time() - start > self.timeout_s:
+            waited = time.time() - start
+            if waited > self.timeout_s:
                 raise DistError("Timed out after %d seconds waiting for clients. %d/%d clients joined."
                                 % (self.timeout_s + 1, len(joined) + 1, self.size))
-            ready, _, _ = select.select([srv], [], [], 0.2)
+            # TCPStore::waitForWorkers polls its count every 10 ms: the timeout is seen when it falls, not a tick later
+            ready, _, _ = select.select([srv], [], [], min(0.2, max(0.01, self.timeout_s - waited)))
             if not ready:
                 continue
             conn, peer = srv.accept()
@@ -121,6 +123,10 @@ class World:
             except OSError:
                 time.sleep(0.5)
         conn.sendall(b"%d\n" % self.rank)
+        # Only the store's server waits for the workers (TCPStore::waitForWorkers, `if (server_)`); a client's
+        # later waits are store operations, each with the timeout counted from when it begins, so after the
+        # connection. So global rank 0, whose clock started before any client could connect, times out first.
+        start = time.time()
         conn.settimeout(0.2)
         buf = b""
         while not buf.endswith(b"\n"):
