@@ -21,7 +21,9 @@ SGLang's own 10 GiB reserve, which every release documents and 0.5.19+ enforces:
 and the host tokens per rank the ranks allocated.
 
 Needs the lab (make lab) and CT 129 deployed (make demo, or benchmarks/deploy_bench.py). It stops CT 129's
-sglang.service, gives the container all eight lab GPUs, and restores its configuration and service at the end.
+sglang.service, gives the container all eight lab GPUs, and restores its configuration and service at the end; the
+sglang.service of another running container that passes a GPU (CT 132, which the EDA bench deploys) is stopped for
+the run and started again at the end.
     .venv/bin/python benchmarks/sizing_bench.py [--grid quick|full] [--repeat N] [--only name,name]
 Writes reports/bench-sizing.json.
 """
@@ -31,6 +33,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -163,6 +166,38 @@ def wait_exec() -> None:
             return
         time.sleep(1)
     raise SystemExit("CT %d does not answer pct exec" % VMID)
+
+
+def gpu_tenants() -> list:
+    """The node's other running containers whose config passes an NVIDIA GPU and whose sglang.service is active (the
+    lab's second tenant, CT 132, after the EDA bench deployed it): their ranks hold memory on GPUs the grid gives
+    CT 129, where the driver refuses an allocation that does not fit, so a second `make bench` failed its TP 4 runs."""
+    tenants = []
+    for line in sh(["/usr/sbin/pct", "list"]).stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) == VMID or fields[1] != "running":
+            continue
+        with open("/etc/pve/lxc/%s.conf" % fields[0], encoding="utf-8") as f:
+            gpus = re.findall(r"^dev\d+: /dev/nvidia(\d+)", f.read(), re.M)
+        if gpus and sh(["/usr/sbin/pct", "exec", fields[0], "--", "systemctl", "is-active", "-q", "sglang.service"],
+                       check=False).returncode == 0:
+            tenants.append((int(fields[0]), gpus))
+    return tenants
+
+
+def tenants_stop() -> list:
+    stopped = []
+    for vmid, gpus in gpu_tenants():
+        print("sizing bench: CT %d's sglang.service holds GPU(s) %s, which the grid gives CT %d: stopped until the end"
+              % (vmid, ",".join(gpus), VMID), flush=True)
+        sh(["/usr/sbin/pct", "exec", str(vmid), "--", "systemctl", "stop", "sglang.service"])
+        stopped.append(vmid)
+    return stopped
+
+
+def tenants_start(stopped: list) -> None:
+    for vmid in stopped:
+        sh(["/usr/sbin/pct", "exec", str(vmid), "--", "systemctl", "start", "sglang.service"])
 
 
 def setup(versions) -> str:
@@ -557,15 +592,19 @@ def main() -> int:
             raise SystemExit("unknown configuration(s): %s" % ", ".join(unknown))
         grid = [c for c in GRID if c["name"] in names]
         t0 = time.monotonic()
-        original = setup(sorted({c["version"] for c in grid}, key=vt))
+        stopped = tenants_stop()
         results = []
         try:
-            print(HEADER)
-            for c in grid:
-                results.append(with_derived([one_config(c, args.repeat, args.load_seconds)])[0])
-                print_config(results[-1])
+            original = setup(sorted({c["version"] for c in grid}, key=vt))
+            try:
+                print(HEADER)
+                for c in grid:
+                    results.append(with_derived([one_config(c, args.repeat, args.load_seconds)])[0])
+                    print_config(results[-1])
+            finally:
+                restore(original)
         finally:
-            restore(original)
+            tenants_start(stopped)
         summary = summarize(results)
         print_summary(summary)
         doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -71,6 +71,7 @@ class ActionModule(ActionBase):
                 launch = sglang_deploy.launch(args["request"], args["node_state"], args["container"], args["paths"])
                 result["launch"] = launch
                 result["launch_record"] = sglang_deploy.launch_record(launch, args["request"]["version"])
+                result["install"] = sglang_deploy.install_steps(args["request"]["version"], args.get("installed"))
             elif stage == "calculate" and args.get("containers") is not None:
                 result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
                                                                  args["containers"], str(args.get("node_name") or ""),

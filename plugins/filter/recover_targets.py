@@ -36,8 +36,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(group) (the server's group, or null for a single container) and C(targets), each with C(host),
-    C(vmid), C(node_host) and C(node_rank); no target when the inventory does not declare the VMID.
+  description: C(group) (the server's group, or null for a single container), C(targets), each with C(host),
+    C(vmid), C(node_host) and C(node_rank), and C(vmid_by_node) (node host -> the VMID its play recovers); no
+    target when the inventory does not declare the VMID.
   type: dict
 """
 

@@ -112,8 +112,9 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
     when it has none. A server over several containers is one server (docs/recover.md, "A server on several nodes"):
     recovering one half leaves the other half's ranks blocked in a collective that never completes (or failing the
     server on their own), so every container of the group is recovered, each on its own node, and relaunched
-    together. Returns {"group": name or None, "targets": [{"host", "vmid", "node_host", "node_rank"}]}: no target
-    when the inventory does not declare the VMID (the scope check of each node then decides, with the override).
+    together. Returns {"group": name or None, "targets": [{"host", "vmid", "node_host", "node_rank"}],
+    "vmid_by_node": {node_host: vmid}}: no target when the inventory does not declare the VMID (the scope check of
+    each node then decides, with the override).
     """
     wanted = _vmid(vmid)
     if wanted is None:
@@ -122,7 +123,7 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
     by_host = {str(e.get("host")): e for e in entries}
     mine = [e for e in entries if _vmid(e.get("vmid")) == wanted]
     if not mine:
-        return {"group": None, "targets": []}
+        return _scope(None, [])
     if len(mine) > 1:
         raise ScopeError("CT %s is declared by %d container hosts (%s); VMIDs are unique in a Proxmox VE cluster, so "
                          "the inventory is wrong: keep one. Nothing has been changed."
@@ -130,7 +131,7 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
     target = mine[0]
     members = [str(h) for h in target.get("cluster") or []]
     if len(members) <= 1:
-        return {"group": None, "targets": [_target(target, 0)]}
+        return _scope(None, [_target(target, 0)])
     group = str(target.get("cluster_group") or "")
     targets = []
     for rank, host in enumerate(members):
@@ -151,7 +152,13 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
                 "every GPU of a node). Recover each with -e recover_node=%s -e recover_vmid=<VMID>. Nothing has "
                 "been changed." % (group, t["node_host"], nodes[t["node_host"]], t["host"], t["node_host"]))
         nodes[t["node_host"]] = t["host"]
-    return {"group": group, "targets": targets}
+    return _scope(group, targets)
+
+
+def _scope(group: Optional[str], targets: list[dict[str, Any]]) -> dict[str, Any]:
+    """recover_targets' result; ``vmid_by_node``: the container each node's play recovers (one per node)."""
+    return {"group": group, "targets": targets,
+            "vmid_by_node": {t["node_host"]: t["vmid"] for t in targets if t["node_host"]}}
 
 
 def _target(entry: Mapping[str, Any], rank: int) -> dict[str, Any]:

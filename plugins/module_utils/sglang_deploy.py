@@ -45,6 +45,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_requ
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import (
     MIB_BYTES,
     PlanError,
+    as_bool,
     clip,
     fmt_gb,
     fmt_gib,
@@ -320,6 +321,27 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
     }
 
 
+def install_steps(version: str, installed: Optional[Mapping[str, Any]]) -> Dict[str, bool]:
+    """Which install steps a run needs, from preflight's read in the container (``installed``: venv_pip_present,
+    sglang_installed_version, user_as_wanted) and the extra packages asked (pip_extra_packages). Without a read,
+    every step runs."""
+    read = dict(installed or {})
+
+    def flag(key: str) -> bool:  # not read (None) is false: the step runs
+        return read.get(key) is not None and as_bool("preflight's %s" % key, read[key], DeployError)
+
+    pip_present = flag("venv_pip_present")
+    return {
+        # A run cut while `python3 -m venv` made the virtualenv leaves one without pip, which the pip module then
+        # refuses on every later run: made again.
+        "remake_venv": not pip_present,
+        # pip would find sglang==version installed and change nothing; extra packages are always left to pip.
+        "pip": (not pip_present or bool(read.get("pip_extra_packages"))
+                or str(read.get("sglang_installed_version") or "") != str(version)),
+        "user": not flag("user_as_wanted"),
+    }
+
+
 _LAUNCH_PLAN_KEYS = ("sglang_version", "per_rank_gb", "ranks_per_host", "engine_ranks_per_host", "kv_bytes_per_token",
                      "host_tokens_per_rank", "pinned_per_rank_bytes", "total_pinned_bytes", "reserve_bytes",
                      "overhead_bytes", "allocation")
@@ -376,6 +398,9 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
         mismatches.append("the unit holds %s, above the plan's ceiling %s" % (fmt_gb(unit_held), fmt_gb(ceiling)))
     seen_overhead = overhead_seen(ln, held, unit_held, ranks_seen)
     return {
+        # The report's memory line (deploy.txt), hundredths of a GB: measured and planned differ by little.
+        "memory_text": "ranks pinned %s (planned %s); unit holds %s (ceiling %s)"
+                       % tuple(fmt_gb(b, 2) for b in (held, planned, unit_held, ceiling)),
         "ok": not mismatches,
         "mismatches": mismatches,
         "running": seen,

@@ -50,10 +50,11 @@ INT_RANGES: Dict[str, Tuple[int, int, str]] = {
 }
 
 
-def fmt_gb(value_bytes: int) -> str:
-    """Decimal GB with one decimal, in integer arithmetic (no float overflow for any int)."""
-    tenths = (abs(value_bytes) * 10 + GB_BYTES // 2) // GB_BYTES
-    return "%s%d.%d GB" % ("-" if value_bytes < 0 and tenths else "", tenths // 10, tenths % 10)
+def fmt_gb(value_bytes: int, decimals: int = 1) -> str:
+    """Decimal GB with one decimal (or ``decimals``), in integer arithmetic (no float overflow for any int)."""
+    scale = 10 ** decimals
+    parts = (abs(value_bytes) * scale + GB_BYTES // 2) // GB_BYTES
+    return "%s%d.%0*d GB" % ("-" if value_bytes < 0 and parts else "", parts // scale, decimals, parts % scale)
 
 
 def fmt_gib(value_bytes: int) -> str:

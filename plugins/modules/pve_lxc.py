@@ -318,6 +318,19 @@ config:
   returned: when the container exists after the task
   type: dict
   sample: {"hostname": "sglang-129", "memory": 524288, "dev0": "/dev/nvidia0"}
+status_before:
+  description: >-
+    The container's state before the task (V(running), V(stopped), or V(absent)); null when O(state) is V(query)
+    or V(absent).
+  returned: always
+  type: str
+  sample: running
+restart_needed:
+  description: >-
+    Whether the GPU passthrough (C(devN) keys) changed on a container that was running; it sees the device nodes
+    added or removed only after a restart, which the module leaves to the caller.
+  returned: always
+  type: bool
 changes:
   description: The config keys sent (C(set)) and removed (C(delete)).
   returned: always
@@ -434,6 +447,8 @@ class PveLxc:
             node=self.node,
             created=False,
             status=None,
+            status_before=None,
+            restart_needed=False,
             changes=dict(set={}, delete=[]),
             pending=[],
             stop_method=None,
@@ -523,15 +538,21 @@ class PveLxc:
         declared = self.with_owner_tag(declared, exists, current)
 
         if not exists:
+            self.result["status_before"] = "absent"
             self.refuse_vmid_elsewhere()
             self.create(declared)
             if self.check_mode:
                 self.result["status"] = "running" if state == "started" else "stopped"
                 return self.result
         else:
-            self.update(declared, current)
+            plan = self.update(declared, current)
 
         status = self.pve.read_status() if not (self.check_mode and self.result["created"]) else "stopped"
+        if exists:
+            # The config change does not start or stop it: this is its state before the task.
+            self.result["status_before"] = status
+            # A running container sees GPU device nodes added or removed (devN) only after a restart.
+            self.result["restart_needed"] = status == "running" and plan.touches_devices()
         if state == "started" and status != "running":
             self.start()
             status = "running"
@@ -569,11 +590,11 @@ class PveLxc:
         self.result.update(config=after, changes=plan.changes(),
                            diff=dict(before=pve_config.render_conf(current), after=pve_config.render_conf(after)))
         if not plan.changed:
-            return
+            return plan
         self.check_passthrough_auth(plan)
         self.result["changed"] = True
         if self.check_mode:
-            return
+            return plan
         self.pve.put_config(plan.put_params(current.get("digest")))
         self.show_config_after()
         pending = self.pve.read_pending()
@@ -583,6 +604,7 @@ class PveLxc:
                 f"CT {self.vmid}: {', '.join(pending)} stay pending until the container restarts "
                 "(e.g. `pct reboot`); PVE could not apply them to the running container."
             )
+        return plan
 
     def show_config_after(self):
         """The config as PVE has it after a change, in the result and the diff's 'after'."""

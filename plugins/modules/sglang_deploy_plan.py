@@ -89,6 +89,12 @@ options:
   paths:
     description: (launch) Paths in the container (python, launcher, launch.json, API key file, nvidia-smi).
     type: dict
+  installed:
+    description: >-
+      (launch) What preflight read in the container (C(venv_pip_present), C(sglang_installed_version),
+      C(user_as_wanted)) and the extra pip packages asked (C(pip_extra_packages)), from which RV(install) is decided.
+      Not given, every install step runs.
+    type: dict
   launch:
     description: (verify) The C(launch) returned by the launch stage.
     type: dict
@@ -141,8 +147,15 @@ launch_record:
   description: (launch) What /etc/sglang/launch.json holds.
   type: dict
   returned: stage is launch
+install:
+  description: >-
+    (launch) Which install steps must run, each a bool; C(remake_venv) (the virtualenv has no pip), C(pip) (sglang
+    is not the wanted version, pip is missing, or extra packages are asked) and C(user) (the service user is not as
+    wanted).
+  type: dict
+  returned: stage is launch
 verify:
-  description: (verify) ok, mismatches and the figures compared.
+  description: (verify) ok, mismatches, the figures compared and C(memory_text) (the report's memory line).
   type: dict
   returned: stage is verify
 calculation:

@@ -13,8 +13,8 @@
       (`ip -4 -o addr show scope global`, lines), its listening TCP sockets (`ss -Hltnp`, lines) and whether
       PATH exists (model_config_present); with --venv, whether its pip is there (venv_pip_present: a run cut while
       making the virtualenv leaves none); the unit's `systemctl is-enabled` and `is-active` words (unit_enabled,
-      unit_active); with --user and --user-home, whether that user exists with that home directory (there) and the
-      shell /usr/sbin/nologin (user_as_wanted); the version of sglang installed in --venv (its dist-info METADATA;
+      unit_active); with --user, --user-home and --user-shell, whether that user exists with that home directory
+      (there) and that shell (user_as_wanted); the version of sglang installed in --venv (its dist-info METADATA;
       sglang_installed_version, none when absent). A command that fails fails the script (systemctl's words are read
       whatever its status).
   sglang_memory.py verify [--unit sglang.service] --health-url URL [--info-path server_info] [--api-key-file F]
@@ -155,7 +155,7 @@ def systemctl_word(verb: str, unit: str):
     return done.stdout.strip() or None
 
 
-def user_as_wanted(name: str, home: str, shell: str = "/usr/sbin/nologin") -> bool:
+def user_as_wanted(name: str, home: str, shell: str) -> bool:
     """The service user as the role makes it: the name, its home directory (existing), its shell."""
     try:
         entry = pwd.getpwnam(name)
@@ -243,6 +243,7 @@ def main() -> int:
     pre.add_argument("--venv")
     pre.add_argument("--user")
     pre.add_argument("--user-home")
+    pre.add_argument("--user-shell")
     ver = sub.add_parser("verify")
     ver.add_argument("--unit", default="sglang.service")
     ver.add_argument("--health-url", required=True)
@@ -262,7 +263,8 @@ def main() -> int:
         out["listeners"] = lines_of(["/usr/bin/ss", "-Hltnp"])
         out["model_config_present"] = os.path.exists(args.model_config)
         out["venv_pip_present"] = os.path.exists(os.path.join(args.venv, "bin", "pip")) if args.venv else None
-        out["user_as_wanted"] = user_as_wanted(args.user, args.user_home) if args.user and args.user_home else None
+        out["user_as_wanted"] = (user_as_wanted(args.user, args.user_home, args.user_shell)
+                                 if args.user and args.user_home and args.user_shell else None)
         out["sglang_installed_version"] = installed_version(args.venv, "sglang") if args.venv else None
         out["unit_enabled"] = systemctl_word("is-enabled", args.unit)
         out["unit_active"] = systemctl_word("is-active", args.unit)

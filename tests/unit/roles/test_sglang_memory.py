@@ -87,15 +87,23 @@ def test_preflight_reads_the_installed_sglang_and_the_user(tmp_path):
     (site / "other-1.0.dist-info").mkdir()
     (site / "other-1.0.dist-info" / "METADATA").write_text("Name: other\nVersion: 1.0\n")
     me = pwd.getpwuid(os.getuid())
+    assert os.path.isdir(me.pw_dir), "the test's premise: the user running it has its home directory"
+    user = ("--user", me.pw_name, "--user-home", me.pw_dir, "--user-shell")
     out = json.loads(run("preflight", "--model-config", str(tmp_path / "absent" / "config.json"), "--venv",
-                         str(tmp_path / "venv"), "--user", me.pw_name, "--user-home", me.pw_dir).stdout)
+                         str(tmp_path / "venv"), *user, me.pw_shell).stdout)
     assert out["sglang_installed_version"] == "0.5.21" and out["venv_pip_present"] is False
     assert out["model_config_present"] is False
-    assert out["user_as_wanted"] is (me.pw_shell == "/usr/sbin/nologin" and os.path.isdir(me.pw_dir))
+    assert out["user_as_wanted"] is True
+    other_shell = "/bin/false" if me.pw_shell != "/bin/false" else "/usr/sbin/nologin"
+    out = json.loads(run("preflight", "--model-config", "/x", *user, other_shell).stdout)
+    assert out["user_as_wanted"] is False
+    out = json.loads(run("preflight", "--model-config", "/x", "--user", me.pw_name, "--user-home", str(tmp_path / "nohome"),
+                         "--user-shell", me.pw_shell).stdout)
+    assert out["user_as_wanted"] is False
     (tmp_path / "venv" / "bin").mkdir()
     (tmp_path / "venv" / "bin" / "pip").write_text("")
     out = json.loads(run("preflight", "--model-config", "/x", "--venv", str(tmp_path / "venv"), "--user",
-                         "no-such-user-here", "--user-home", "/nonexistent").stdout)
+                         "no-such-user-here", "--user-home", "/nonexistent", "--user-shell", "/usr/sbin/nologin").stdout)
     assert out["venv_pip_present"] is True and out["user_as_wanted"] is False
     empty = json.loads(run("preflight", "--model-config", "/x", "--venv", str(tmp_path / "none")).stdout)
     assert empty["sglang_installed_version"] is None

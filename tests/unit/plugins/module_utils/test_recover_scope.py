@@ -81,14 +81,16 @@ INVENTORY = [
 
 def test_a_single_container_is_its_own_target():
     assert rs.recover_targets(INVENTORY, "129") == {
-        "group": None, "targets": [{"host": "ct129", "vmid": 129, "node_host": "pve1", "node_rank": 0}]}
+        "group": None, "targets": [{"host": "ct129", "vmid": 129, "node_host": "pve1", "node_rank": 0}],
+        "vmid_by_node": {"pve1": 129}}
 
 
 @pytest.mark.parametrize("vmid", [201, 202])
 def test_either_half_of_a_server_brings_every_container_in_node_rank_order(vmid):
     assert rs.recover_targets(INVENTORY, vmid) == {"group": "kimi_tp16", "targets": [
         {"host": "ct201", "vmid": 201, "node_host": "pve2", "node_rank": 0},
-        {"host": "ct202", "vmid": 202, "node_host": "pve3", "node_rank": 1}]}
+        {"host": "ct202", "vmid": 202, "node_host": "pve3", "node_rank": 1}],
+        "vmid_by_node": {"pve2": 201, "pve3": 202}}
 
 
 def test_a_group_of_one_is_a_single_container():
@@ -97,7 +99,7 @@ def test_a_group_of_one_is_a_single_container():
 
 
 def test_an_undeclared_vmid_has_no_target():
-    assert rs.recover_targets(INVENTORY, 130) == {"group": None, "targets": []}
+    assert rs.recover_targets(INVENTORY, 130) == {"group": None, "targets": [], "vmid_by_node": {}}
 
 
 @pytest.mark.parametrize("vmid", ["", "abc", 99, None, "12x"])

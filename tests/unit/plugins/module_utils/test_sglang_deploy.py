@@ -285,6 +285,30 @@ def test_verify_accepts_what_was_planned():
     assert d.verify(ln, running(ln), measure(ln), 0, 0.1)["ok"]
 
 
+def test_verify_writes_the_reports_memory_line_in_hundredths_of_a_gb():
+    ln = launched()
+    ln["bounds"] = {"planned_pinned_bytes": 2_010_000_000, "ceiling_bytes": 4 * 10**9}
+    v = d.verify(ln, running(ln), measure(ln, held=2_024_000_000, unit=2_500_000_000), 0, 0.1)
+    assert v["memory_text"] == "ranks pinned 2.02 GB (planned 2.01 GB); unit holds 2.50 GB (ceiling 4.40 GB)"
+
+
+def test_install_steps_run_only_what_the_container_lacks():
+    ready = {"venv_pip_present": True, "sglang_installed_version": "0.5.9", "user_as_wanted": True, "pip_extra_packages": []}
+    assert d.install_steps("0.5.9", ready) == {"remake_venv": False, "pip": False, "user": False}
+    assert d.install_steps("0.5.10", ready)["pip"] is True  # another version wanted
+    assert d.install_steps("0.5.9", dict(ready, sglang_installed_version=None))["pip"] is True
+    assert d.install_steps("0.5.9", dict(ready, pip_extra_packages=["flashinfer"]))["pip"] is True
+    assert d.install_steps("0.5.9", dict(ready, venv_pip_present=False)) == {"remake_venv": True, "pip": True, "user": False}
+    assert d.install_steps("0.5.9", dict(ready, user_as_wanted=False))["user"] is True
+    # as the templated values may arrive, and a read that did not happen (None): the step runs
+    assert d.install_steps("0.5.9", dict(ready, venv_pip_present="True", user_as_wanted="true"))["pip"] is False
+    assert d.install_steps("0.5.9", dict(ready, venv_pip_present=None, user_as_wanted=None)) == {
+        "remake_venv": True, "pip": True, "user": True}
+    assert d.install_steps("0.5.9", None) == {"remake_venv": True, "pip": True, "user": True}
+    with pytest.raises(d.DeployError, match="venv_pip_present must be true or false"):
+        d.install_steps("0.5.9", dict(ready, venv_pip_present="maybe"))
+
+
 def test_verify_catches_another_size_running():
     ln = launched()
     v = d.verify(ln, running(ln, hicache_size=300), measure(ln), 0, 0.1)

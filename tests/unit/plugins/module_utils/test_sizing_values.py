@@ -74,5 +74,7 @@ def test_memory_and_policy_bytes_refuse_figures_in_another_unit():
 
 def test_formats():
     assert v.fmt_gb(2400 * 10**9) == "2400.0 GB" and v.fmt_gb(-5 * 10**8) == "-0.5 GB"
+    assert v.fmt_gb(2_015_000_000, 2) == "2.02 GB" and v.fmt_gb(10**9 + 5 * 10**6, 2) == "1.01 GB"
+    assert v.fmt_gb(7 * 10**7, 2) == "0.07 GB" and v.fmt_gb(-4 * 10**6, 2) == "0.00 GB"
     assert v.fmt_gib(449 * GIB) == "449.0 GiB" and v.fmt_gib(512 * MIB) == "0.50 GiB"
     assert v.fmt_both(10 * GIB) == "10.7 GB (10.0 GiB)"

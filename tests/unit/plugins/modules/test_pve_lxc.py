@@ -240,6 +240,22 @@ def test_update_uses_digest_and_delete(monkeypatch, capsys):
     assert "memory: 2048" in res["diff"]["before"] and "memory: 4096" in res["diff"]["after"]
 
 
+def test_a_passthrough_change_on_a_running_container_asks_for_a_restart(monkeypatch, capsys):
+    fake = FakePVE()
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started"})
+    assert res["status_before"] == "absent" and res["restart_needed"] is False
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started", "cores": 4})
+    assert res["status_before"] == "running" and res["restart_needed"] is False  # not a device key
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started", "cores": 4, "gpu_passthrough": 1})
+    assert res["changes"]["delete"] == ["dev1"] and res["restart_needed"] is True
+    assert fake.cts[198]["status"] == "running"  # left to the caller
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started", "cores": 4, "gpu_passthrough": 1})
+    assert res["changed"] is False and res["restart_needed"] is False
+    fake.cts[198]["status"] = "stopped"
+    res = run(monkeypatch, capsys, fake, {**BASE, **DECLARED, "state": "started", "cores": 4})
+    assert res["status_before"] == "stopped" and res["restart_needed"] is False and res["status"] == "running"
+
+
 def test_check_mode_update_sends_nothing(monkeypatch, capsys):
     fake = FakePVE()
     run(monkeypatch, capsys, fake, {**BASE, **DECLARED})
