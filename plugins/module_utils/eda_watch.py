@@ -90,15 +90,16 @@ def declared(watched: Sequence[Watched]) -> list[dict[str, Any]]:
     return [{"host": w.host, "vmid": w.vmid, "node_host": w.node_host} for w in watched]
 
 
-def faults(diag: Mapping[str, Any], previous_oom_kills: Optional[int]) -> list[tuple[str, str]]:
+def faults(diag: Mapping[str, Any], previous_oom: Optional[Mapping[str, Optional[int]]]) -> list[tuple[str, str]]:
     """The faults one diagnosis shows, as (kind, why) pairs, empty when the container needs no ladder.
 
     From gpu_diagnose's ``findings`` and ``evidence`` (recover_gate.judge decided them): GPU memory above the baseline
     with no process of the container; GPU holders of the container while its service is not active (escaped
     workers); processes stuck in every sample; a reboot signal (Xid 48/79/119/120/154, GPU lost, recovery action
-    Reboot) or a GPU reset the driver asks for; the container's cgroup OOM-kill counter higher than at the previous
-    poll (``previous_oom_kills``; None: first poll, nothing to compare); the service failed (ActiveState failed).
-    A running service with its GPUs in use is not a fault, nor a container without a baseline, nor a clean one."""
+    Reboot) or a GPU reset the driver asks for; an OOM kill in the container since the previous poll (``previous_oom``,
+    the :func:`oom_mark` kept from the polls before; None: first poll, nothing to compare); the service failed
+    (ActiveState failed). A running service with its GPUs in use is not a fault, nor a container without a baseline,
+    nor a clean one."""
     f = diag.get("findings") or {}
     ev = diag.get("evidence") or {}
     reasons = "; ".join(diag.get("reasons") or []) or "no reason given"
@@ -114,10 +115,9 @@ def faults(diag: Mapping[str, Any], previous_oom_kills: Optional[int]) -> list[t
         out.append((KIND_REBOOT_SIGNAL, "reboot signal: %s" % "; ".join(f["reboot_signals"])))
     if f.get("recovery_reset"):
         out.append((KIND_RESET_ASKED, "the driver asks for a GPU reset (gpu_recovery_action): " + reasons))
-    kills = oom_kills(diag)
-    if kills is not None and previous_oom_kills is not None and kills > previous_oom_kills:
-        out.append((KIND_OOM_KILL, "the container's cgroup OOM-killed %d process(es) since the last poll"
-                    % (kills - previous_oom_kills)))
+    oom = new_oom_kills(previous_oom, oom_mark(diag))
+    if oom:
+        out.append((KIND_OOM_KILL, oom))
     service = ev.get("service") or {}
     if service.get("active_state") == "failed":
         out.append((KIND_SERVICE_FAILED, "%s failed (%s)" % (service.get("name", "the service"),
@@ -125,16 +125,37 @@ def faults(diag: Mapping[str, Any], previous_oom_kills: Optional[int]) -> list[t
     return out
 
 
-def oom_kills(diag: Mapping[str, Any]) -> Optional[int]:
-    """The OOM kills of the container's processes a diagnosis shows (None when neither source was read): its memory
-    cgroup's oom_kill counter, or the kernel log's `oom-kill:` lines naming its cgroup, whichever is higher. Both
-    count the same kills; each can miss some: a v1 counter lives in the cgroup where the kill ran, gone with it once a
-    child cgroup is removed (recover_pve.oom_kills_under), and the kernel's ring buffer drops its oldest records."""
+def oom_mark(diag: Mapping[str, Any]) -> dict[str, Optional[int]]:
+    """Where a diagnosis leaves the container's OOM kills, from two sources that see the same kills and can each miss
+    some: ``cgroup``, its memory cgroup's oom_kill counter (a v1 counter lives in the cgroup where the kill ran and is
+    gone with it once a child cgroup is removed: recover_pve.oom_kills_under); ``kernel_seq``, the /dev/kmsg sequence
+    number of the newest `oom-kill:` record naming its cgroup, -1 when the log was read and holds none. A count of the
+    log's records would not do: the ring buffer drops its oldest records, so a new kill can leave the count as it was
+    (seen in CI: 9 -> 9); a sequence number is never reused (Documentation/ABI/testing/dev-kmsg). None: not read."""
     ev = diag.get("evidence") or {}
-    mem = (ev.get("container") or {}).get("memory") or {}
-    counts = [v for v in (mem.get("oom_kills"), (ev.get("kernel_log") or {}).get("oom_kills_in_container"))
-              if isinstance(v, int) and not isinstance(v, bool)]
-    return max(counts) if counts else None
+    counter = ((ev.get("container") or {}).get("memory") or {}).get("oom_kills")
+    log = ev.get("kernel_log") or {}
+    seq = log.get("oom_kill_last_seq")
+    return {"cgroup": counter if isinstance(counter, int) and not isinstance(counter, bool) else None,
+            "kernel_seq": (seq if isinstance(seq, int) and not isinstance(seq, bool) else -1) if log.get("source") else None}
+
+
+def merge_oom_mark(before: Optional[Mapping[str, Optional[int]]], now: Mapping[str, Optional[int]]) -> dict[str, Optional[int]]:
+    """The mark to compare the next poll with: each source as this poll read it, as before where it was not read."""
+    before = before or {}
+    return {key: now.get(key) if now.get(key) is not None else before.get(key) for key in ("cgroup", "kernel_seq")}
+
+
+def new_oom_kills(before: Optional[Mapping[str, Optional[int]]], now: Mapping[str, Optional[int]]) -> Optional[str]:
+    """Why the container had an OOM kill since the mark ``before`` (None: nothing to compare), or None."""
+    if not before:
+        return None
+    seen = []
+    if now.get("cgroup") is not None and before.get("cgroup") is not None and now["cgroup"] > before["cgroup"]:
+        seen.append("its memory cgroup counts %d more OOM kill(s)" % (now["cgroup"] - before["cgroup"]))
+    if now.get("kernel_seq") is not None and before.get("kernel_seq") is not None and now["kernel_seq"] > before["kernel_seq"]:
+        seen.append("the kernel logged an OOM kill in it (record %d)" % now["kernel_seq"])
+    return ("the container had an OOM kill since the last poll: " + "; ".join(seen)) if seen else None
 
 
 @dataclass
@@ -144,7 +165,7 @@ class _State:
     emitted_at: Optional[float] = None       # the last recover event, until the container is seen without a fault
     recoveries: list = field(default_factory=list)   # times of the recover events in the window
     exhausted: bool = False
-    oom_kills: Optional[int] = None
+    oom: Optional[dict] = None                # oom_mark of the polls so far (None before the first)
 
 
 @dataclass(frozen=True)
@@ -178,10 +199,8 @@ class Policy:
     def observe(self, watched: Watched, diag: Mapping[str, Any], now: float) -> Optional[dict[str, Any]]:
         """One diagnosis of ``watched`` at ``now`` (seconds): the event to emit, or None."""
         st = self._state.setdefault(watched.vmid, _State())
-        found = faults(diag, st.oom_kills)
-        kills = oom_kills(diag)
-        if kills is not None:
-            st.oom_kills = kills
+        found = faults(diag, st.oom)
+        st.oom = merge_oom_mark(st.oom, oom_mark(diag))
         if not found:
             st.first_seen, st.kinds, st.emitted_at = None, (), None
             return None

@@ -163,12 +163,26 @@ def judge(records: Sequence[Mapping[str, Any]], since_seq: Optional[int],
             "lines": [r["message"] for r in records][-_RECORD_LIMIT:]}
 
 
+def _container_oom_kill(vmid: int):
+    """A test of a kernel log line: an OOM kill whose cgroup is the container's (or one below it)."""
+    ct_re = re.compile(r"(?:/lxc/%d(?:/|\b)|lxc\.payload\.%d\b)" % (vmid, vmid))
+    return lambda line: "oom-kill" in line.lower() and ct_re.search(line) is not None
+
+
 def parse_kernel_log(text: Optional[str], vmid: Optional[int] = None, limit: int = 50) -> dict[str, Any]:
     """Kernel log lines that matter here: Xid, OOM, hung tasks (last ``limit`` kept), and the container's OOM
     kills. Evidence only: the Xids are judged by ``judge``."""
     lines = [ln.rstrip() for ln in (text or "").splitlines() if KERNEL_LOG_RE.search(ln)]
     oom_ct = 0
     if vmid is not None:
-        ct_re = re.compile(r"(?:/lxc/%d(?:/|\b)|lxc\.payload\.%d\b)" % (vmid, vmid))
-        oom_ct = sum(1 for ln in lines if "oom-kill" in ln.lower() and ct_re.search(ln))
+        is_kill = _container_oom_kill(vmid)
+        oom_ct = sum(1 for ln in lines if is_kill(ln))
     return {"lines": lines[-limit:], "oom_kills_in_container": oom_ct}
+
+
+def last_oom_kill_seq(records: Iterable[Mapping[str, Any]], vmid: int) -> Optional[int]:
+    """The sequence number of the newest record of an OOM kill in the container (None: the ring buffer holds none).
+    Unlike a count of such records, it only grows: the buffer drops its oldest records, never a number."""
+    is_kill = _container_oom_kill(vmid)
+    seqs = [int(r["seq"]) for r in records if is_kill(str(r.get("message") or ""))]
+    return max(seqs) if seqs else None

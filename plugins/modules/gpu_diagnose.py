@@ -253,8 +253,9 @@ findings:
 evidence:
   description:
     - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
-      ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log, shm_leftovers,
-      nvlink_peers, recovery_actions (the driver's gpu_recovery_action per GPU), samples.
+      ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log (its lines,
+      oom_kills_in_container and oom_kill_last_seq, the /dev/kmsg sequence number of the container's newest OOM kill
+      record), shm_leftovers, nvlink_peers, recovery_actions (the driver's gpu_recovery_action per GPU), samples.
   returned: always
   type: dict
 """
@@ -432,7 +433,7 @@ def read_kernel(p, kmsg_start):
     """The kernel records to judge (the gate's ``kernel`` reading) and the kernel log's evidence, or (None, ...) when
     the log is not read. Records after the run's cursor (kernel_since_seq, else the one taken before the first
     sample) are new (recover_kernel)."""
-    evidence = {"lines": [], "oom_kills_in_container": 0, "source": None, "cursor": None}
+    evidence = {"lines": [], "oom_kills_in_container": 0, "oom_kill_last_seq": None, "source": None, "cursor": None}
     if not p["kernel_log"]:
         return None, evidence
     k1 = rk.read_kmsg(p["kmsg_path"])
@@ -440,6 +441,7 @@ def read_kernel(p, kmsg_start):
     error = k1["error"] or kmsg_start["error"]
     if not error:
         evidence.update(rk.parse_kernel_log("\n".join(r["message"] for r in k1["records"]), p["vmid"]))
+        evidence["oom_kill_last_seq"] = rk.last_oom_kill_seq(k1["records"], p["vmid"])
         evidence["source"], evidence["cursor"] = p["kmsg_path"], since
     return {"records": k1["records"], "since": since, "error": error}, evidence
 

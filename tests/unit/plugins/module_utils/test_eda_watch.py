@@ -30,18 +30,42 @@ def diag(**findings):
             "recommended_rung": 2, "recommended_rung_name": "kill_holders"}
 
 
-def oom(n):
-    return diag(evidence={"container": {"memory": {"oom_kills": n}}})
+def oom(n, seq=None, log_read=False):
+    ev = {"container": {"memory": {"oom_kills": n}}}
+    if log_read or seq is not None:
+        ev["kernel_log"] = {"source": "/dev/kmsg", "oom_kill_last_seq": seq, "oom_kills_in_container": 0}
+    return diag(evidence=ev)
 
 
-def test_oom_kills_from_the_cgroup_or_the_kernel_log_whichever_saw_more():
-    both = {"container": {"memory": {"oom_kills": 0}}, "kernel_log": {"oom_kills_in_container": 1}}
-    # a cgroup v1 child removed after its kill: only the kernel log still shows it
-    assert ew.oom_kills(diag(evidence=both)) == 1
-    assert ew.oom_kills(diag(evidence={"container": {"memory": {"oom_kills": 4}}, "kernel_log": {"oom_kills_in_container": 2}})) == 4
-    assert ew.oom_kills(diag(evidence={"kernel_log": {"oom_kills_in_container": 3}})) == 3
-    assert ew.oom_kills(diag(evidence={"container": {"memory": {"oom_kills": None}}})) is None
-    assert [k for k, _why in ew.faults(diag(evidence=both), 0)] == [ew.KIND_OOM_KILL]
+def test_oom_mark_from_the_cgroup_counter_and_the_newest_kill_record():
+    assert ew.oom_mark(oom(4, seq=812)) == {"cgroup": 4, "kernel_seq": 812}
+    assert ew.oom_mark(oom(None, log_read=True)) == {"cgroup": None, "kernel_seq": -1}  # read, no kill record
+    assert ew.oom_mark(oom(0)) == {"cgroup": 0, "kernel_seq": None}  # the log not read
+    assert ew.oom_mark(diag()) == {"cgroup": None, "kernel_seq": None}
+
+
+def test_a_kill_the_ring_buffer_shows_when_its_count_of_kills_stayed_the_same():
+    # CI, 2026-12-04: a full ring buffer dropped an old kill as the new one came, so the count of the container's kill
+    # records stayed 9 -> 9; the v1 child cgroup the kill ran in was removed, and its counter with it (0 -> 0).
+    before = ew.oom_mark(diag(evidence={"container": {"memory": {"oom_kills": 0}},
+                                        "kernel_log": {"source": "/dev/kmsg", "oom_kills_in_container": 9, "oom_kill_last_seq": 5120}}))
+    now = diag(evidence={"container": {"memory": {"oom_kills": 0}},
+                         "kernel_log": {"source": "/dev/kmsg", "oom_kills_in_container": 9, "oom_kill_last_seq": 5391}})
+    found = ew.faults(now, before)
+    assert [k for k, _why in found] == [ew.KIND_OOM_KILL] and "record 5391" in found[0][1]
+    assert ew.faults(now, ew.oom_mark(now)) == []
+
+
+def test_the_counter_alone_still_shows_a_kill_and_an_unread_source_keeps_its_mark():
+    assert "2 more OOM kill(s)" in ew.new_oom_kills({"cgroup": 1, "kernel_seq": None}, ew.oom_mark(oom(3)))
+    # the log not read this poll: its mark stays; read again with the same record, nothing new
+    mark = ew.merge_oom_mark({"cgroup": 1, "kernel_seq": 700}, ew.oom_mark(oom(1)))
+    assert mark == {"cgroup": 1, "kernel_seq": 700}
+    assert ew.new_oom_kills(mark, ew.oom_mark(oom(1, seq=700))) is None
+    # the newest kill record dropped from the buffer (-1), then a new kill: seen
+    mark = ew.merge_oom_mark(mark, ew.oom_mark(oom(1, log_read=True)))
+    assert mark["kernel_seq"] == -1 and ew.new_oom_kills(mark, ew.oom_mark(oom(1, seq=900)))
+    assert ew.new_oom_kills(None, ew.oom_mark(oom(5, seq=900))) is None  # first poll: nothing to compare
 
 
 def test_watched_containers_from_the_inventory_only():
@@ -84,8 +108,8 @@ def test_each_fault_kind():
     assert kinds(diag(reboot_signals=["Xid 79"])) == [ew.KIND_REBOOT_SIGNAL]
     assert kinds(diag(recovery_reset=True)) == [ew.KIND_RESET_ASKED]
     assert kinds(diag(evidence={"service": {"active_state": "failed", "name": "sglang.service"}})) == [ew.KIND_SERVICE_FAILED]
-    assert kinds(oom(3), 2) == [ew.KIND_OOM_KILL]
-    assert kinds(oom(3), None) == [] and kinds(oom(3), 3) == []
+    assert kinds(oom(3), {"cgroup": 2, "kernel_seq": None}) == [ew.KIND_OOM_KILL]
+    assert kinds(oom(3), None) == [] and kinds(oom(3), {"cgroup": 3, "kernel_seq": None}) == []
 
 
 def test_debounce_then_one_event_until_fixed():

@@ -98,3 +98,16 @@ def test_parse_kernel_log():
     assert k["oom_kills_in_container"] == 1
     assert len(k["lines"]) == 3
     assert rk.parse_kernel_log(text, 130)["oom_kills_in_container"] == 0
+
+
+def test_the_newest_oom_kill_record_of_the_container():
+    records = [
+        {"seq": 10, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns,task=python3"},
+        {"seq": 11, "message": "NVRM: Xid (PCI:0000:18:00): 13, pid=1"},
+        {"seq": 14, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/1290,task_memcg=/lxc/1290/ns,task=x"},
+        {"seq": 15, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129/ns/inferops-oom,"
+                               "task_memcg=/lxc/129/ns/inferops-oom,task=python3,pid=22144,uid=100000"},
+    ]
+    assert rk.last_oom_kill_seq(records, 129) == 15
+    assert rk.last_oom_kill_seq(records, 1290) == 14
+    assert rk.last_oom_kill_seq(records[:2], 132) is None
