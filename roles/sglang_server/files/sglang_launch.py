@@ -122,7 +122,9 @@ def main(argv: list[str]) -> int:
             return refuse(f"cannot read the API key file: {exc}")
         if not key:
             return refuse(f"the API key file {opts['--api-key-file']} is empty")
-        key_args = ["--api-key", key]
+        # One token, `--api-key=KEY`: SGLang's argparse reads `--api-key KEY` with a key that starts with "-" (a
+        # URL-safe random key does, one time in 64) as a missing value and exits 2 ("expected one argument").
+        key_args = ["--api-key=" + key]
     print(f"sglang start guard: ok (--hicache-size {guard['hicache_size_gb']}, MemAvailable {avail / 1e9:.2f} GB, "
           f"needed {need / 1e9:.2f} GB)", file=sys.stderr, flush=True)
     sys.argv = [sys.argv[0]] + args + key_args

@@ -21,12 +21,17 @@ def world(tmp_path):
     pkg = tmp_path / "lib" / "sglang"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    # Records sys.argv and its own /proc/self/cmdline, as the real launch_server would see them.
+    # Records sys.argv, its own /proc/self/cmdline, and the key as argparse reads it (SGLang's ServerArgs:
+    # parser.add_argument("--api-key", type=str)), as the real launch_server would see them.
     (pkg / "launch_server.py").write_text(textwrap.dedent(f"""
-        import json, sys
+        import argparse, json, sys
         if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--api-key", type=str, default=None)
+            key = parser.parse_known_args()[0].api_key
             with open({str(tmp_path / 'seen.json')!r}, "w") as f:
-                json.dump({{"argv": sys.argv[1:], "cmdline": open("/proc/self/cmdline").read().split("\\0")}}, f)
+                json.dump({{"argv": sys.argv[1:], "cmdline": open("/proc/self/cmdline").read().split("\\0"),
+                           "api_key": key}}, f)
     """))
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho \"0, ${GPU0_MIB:-0}\"\necho \"1, 0\"\n")
@@ -56,9 +61,18 @@ def test_planned_argv_starts_and_the_key_is_in_sys_argv_but_not_in_the_command_l
     r = run(world, GOOD)
     assert r.returncode == 0, r.stderr
     seen = json.loads((world / "seen.json").read_text())
-    assert seen["argv"][-2:] == ["--api-key", "s3cret-key"]
+    assert seen["argv"][-1] == "--api-key=s3cret-key" and seen["api_key"] == "s3cret-key"
     assert not any("s3cret" in part for part in seen["cmdline"])
     assert "s3cret" not in r.stdout + r.stderr
+
+
+def test_a_key_that_starts_with_a_dash_reaches_sglang(world):
+    # secrets.token_urlsafe keys start with "-" one time in 64: the lab's did on 2026-12-04, and SGLang exited 2
+    # ("argument --api-key: expected one argument") on every start.
+    (world / "api-key").write_text("-JPdash-first_key\n")
+    r = run(world, GOOD)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((world / "seen.json").read_text())["api_key"] == "-JPdash-first_key"
 
 
 @pytest.mark.parametrize("edit", [
