@@ -33,7 +33,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))  # make setup links this checkout there as the collection
 # The collection's pure-Python sizing model (no Ansible imports).
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, hicache_pools, sizing_values  # noqa: E402
+# The collection's one reading of which GPUs a container's config passes through.
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_pve import parse_pct_config_gpus  # noqa: E402
 
 VMID = 129
 PACKAGES = "/var/lib/inferops-lab/packages"
@@ -177,8 +178,7 @@ def gpu_tenants() -> list:
         fields = line.split()
         if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) == VMID or fields[1] != "running":
             continue
-        with open("/etc/pve/lxc/%s.conf" % fields[0], encoding="utf-8") as f:
-            gpus = re.findall(r"^dev\d+: /dev/nvidia(\d+)", f.read(), re.M)
+        gpus = parse_pct_config_gpus(sh(["/usr/sbin/pct", "config", fields[0]]).stdout)
         if gpus and sh(["/usr/sbin/pct", "exec", fields[0], "--", "systemctl", "is-active", "-q", "sglang.service"],
                        check=False).returncode == 0:
             tenants.append((int(fields[0]), gpus))
@@ -189,7 +189,7 @@ def tenants_stop() -> list:
     stopped = []
     for vmid, gpus in gpu_tenants():
         print("sizing bench: CT %d's sglang.service holds GPU(s) %s, which the grid gives CT %d: stopped until the end"
-              % (vmid, ",".join(gpus), VMID), flush=True)
+              % (vmid, ",".join(map(str, gpus)), VMID), flush=True)
         sh(["/usr/sbin/pct", "exec", str(vmid), "--", "systemctl", "stop", "sglang.service"])
         stopped.append(vmid)
     return stopped

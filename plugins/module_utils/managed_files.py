@@ -332,12 +332,12 @@ def run():
             if it.get("validate"):
                 argv = shlex.split(it["validate"].replace("%s", shlex.quote(it["tmp"])))
                 try:
-                    run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+                    check = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
                 except OSError as exc:
                     refuse("validate %r of %s could not run: %s; nothing was changed" % (it["validate"], it["dest"], exc))
-                if run.returncode != 0:
+                if check.returncode != 0:
                     refuse("validate %r refused the new %s (rc %d): %s; nothing was changed"
-                           % (it["validate"], it["dest"], run.returncode, run.stdout.strip()[-800:]))
+                           % (it["validate"], it["dest"], check.returncode, check.stdout.strip()[-800:]))
         for it in req["items"]:
             uid, gid = ids(it)
             path = it["tmp"] or it["dest"]

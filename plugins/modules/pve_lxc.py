@@ -482,12 +482,13 @@ class PveLxc:
         if refusal:
             self.fail(refusal, error_kind="not_owned")
 
-    def with_owner_tag(self, declared, exists, current=None):
+    def with_owner_tag(self, declared, current):
+        """``current``: the existing container's config, None when it does not exist."""
         owner = self.params.get("owner_tag")
         if not owner:
             return declared
-        tags = split_tags((current if current is not None else self.pve.read_config()).get("tags")) if exists else []
-        if exists:
+        tags = split_tags(current.get("tags")) if current is not None else []
+        if current is not None:
             self.check_owner(tags)
         return dataclasses.replace(declared, config={**declared.config, "tags": pve_config.tags_with_owner(tags, owner)})
 
@@ -535,7 +536,7 @@ class PveLxc:
             return self.ensure_absent(exists)
         # Read once: the owner check and the update compare against the same config (one API call less per run).
         current = self.pve.read_config() if exists else None
-        declared = self.with_owner_tag(declared, exists, current)
+        declared = self.with_owner_tag(declared, current)
 
         if not exists:
             self.result["status_before"] = "absent"
@@ -578,8 +579,7 @@ class PveLxc:
         self.pve.create(pve_config.create_params(config, self.vmid, self.params))
         self.show_config_after()
 
-    def update(self, declared, current=None):
-        current = current if current is not None else self.pve.read_config()
+    def update(self, declared, current):
         if not self.params["unprivileged"] and str(current.get("unprivileged", "0")) == "1":
             self.module.warn(f"CT {self.vmid} is unprivileged; unprivileged=false only applies at creation")
         try:
