@@ -34,12 +34,14 @@ ACTION_ALERT = "alert_budget_exhausted"
 
 @dataclass(frozen=True)
 class Watched:
-    """One container of the inventory: its inventory host, VMID, node and whether a recovery may relaunch it."""
+    """One container of the inventory: its inventory host, VMID, node, whether a recovery may relaunch it and
+    whether its host adopts it untagged (pve_gpu_container_adopt: gpu_diagnose's owner check)."""
 
     host: str
     vmid: int
     node_host: str
     relaunch: bool = False
+    adopt: bool = False
 
 
 def _bool(value: Any) -> bool:
@@ -77,7 +79,8 @@ def watched_containers(inventory: Mapping[str, Any]) -> list[Watched]:
         if not node:
             raise ValueError("%s: no node (pve_gpu_container_node_host, or a host in proxmox_nodes)" % host)
         out.append(Watched(host=host, vmid=int(vmid), node_host=str(node),
-                           relaunch=_bool(hv.get("gpu_recover_eda_relaunch", False))))
+                           relaunch=_bool(hv.get("gpu_recover_eda_relaunch", False)),
+                           adopt=_bool(hv.get("pve_gpu_container_adopt", False))))
     vmids = [w.vmid for w in out]
     dup = sorted({v for v in vmids if vmids.count(v) > 1})
     if dup:
@@ -87,7 +90,7 @@ def watched_containers(inventory: Mapping[str, Any]) -> list[Watched]:
 
 def declared(watched: Sequence[Watched]) -> list[dict[str, Any]]:
     """gpu_diagnose's ``declared`` option: every watched container, as recover.yml passes it."""
-    return [{"host": w.host, "vmid": w.vmid, "node_host": w.node_host} for w in watched]
+    return [{"host": w.host, "vmid": w.vmid, "node_host": w.node_host, "adopt": w.adopt} for w in watched]
 
 
 def faults(diag: Mapping[str, Any], previous_oom: Optional[Mapping[str, Optional[int]]]) -> list[tuple[str, str]]:

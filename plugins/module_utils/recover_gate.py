@@ -115,7 +115,8 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
     """Judge one sample against the baseline. Returns {"clean": bool, "reasons": [...], "gpus": [...],
     "host": {...}, "notes": [...]}.
 
-    sample keys: vmid, container_gpus [int], gpus (nvidia-smi rows + "apps": [{pid, used_memory_mib,
+    sample keys: vmid, container_gpus [int] (nvidia-smi indexes), container_gpus_unmapped [int] (device minors of the
+    container that map to no index) with gpu_numbering_error (why), gpus (nvidia-smi rows + "apps": [{pid, used_memory_mib,
     owner}]), ct_holders [proc], ct_stuck [proc], host_memory {meminfo bytes}, nvidia_smi_error,
     nvidia_smi_hung. owner is the VMID (int) of a container, "host" or "gone".
     """
@@ -130,6 +131,11 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
     elif sample.get("nvidia_smi_error"):
         reasons.append("nvidia-smi failed: %s" % sample["nvidia_smi_error"])
     by_index = {int(g["index"]): g for g in sample.get("gpus", []) if g.get("index") is not None}
+    if sample.get("container_gpus_unmapped"):
+        # A /dev/nvidiaN of the container that no GPU of the driver's numbering has (recover_smi.gpu_numbering): its
+        # GPU is not judged, and unknown is not clean (never read as nvidia-smi index N).
+        reasons.append("GPU(s) of the container unknown: %s" % sample.get(
+            "gpu_numbering_error", "/dev/nvidia%s" % ",".join(str(m) for m in sample["container_gpus_unmapped"])))
     for idx in sample.get("container_gpus", []):
         row = by_index.get(idx)
         if row is None:

@@ -60,6 +60,19 @@ def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
     return config_gpus(config)
 
 
+def parse_pct_config_tags(text: Optional[str]) -> list[str]:
+    """The PVE tags of a container from ``pct config`` text (``tags: a;b``; PVE also accepts ',' and spaces between
+    tags, pve-container's ``tags`` format). Snapshot and [pending] sections are ignored."""
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "tags":
+            return [t for t in re.split(r"[;, ]+", value.strip()) if t]
+    return []
+
+
 _LIST_ROW = re.compile(r"^\s*(\d+)\s+(\S+)(?:\s|$)")
 
 

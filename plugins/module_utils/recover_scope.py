@@ -51,15 +51,39 @@ def check_target(vmid: int, node: str, declared: Iterable[Mapping[str, Any]], al
     """The target, or ScopeError when the inventory does not declare it on this node and no override names it."""
     mine = declared_on_node(declared, node)
     if vmid in mine:
-        return {"vmid": vmid, "declared_as": mine[vmid], "override": False}
+        adopt = any(_vmid(e.get("vmid")) == vmid and str(e.get("node_host") or "") == node and str(e.get("host")) == mine[vmid]
+                    and _bool(e.get("adopt")) for e in declared or [])
+        return {"vmid": vmid, "declared_as": mine[vmid], "override": False, "adopt": adopt}
     if allow_undeclared:
-        return {"vmid": vmid, "declared_as": None, "override": True}
+        return {"vmid": vmid, "declared_as": None, "override": True, "adopt": False}
     listed = ", ".join("%d (%s)" % (v, h) for v, h in sorted(mine.items())) or "none"
     raise ScopeError(
         "CT %d is not a GPU container the inventory declares on %s (declared there: %s). recover.yml acts only on "
         "those, so that a mistyped VMID never stops, kills in or resets another tenant's container. If CT %d is "
         "yours and must be recovered although deploy.yml does not manage it, name it explicitly: "
         "-e recover_vmid=%d -e recover_allow_undeclared=true. Nothing has been changed." % (vmid, node, listed, vmid, vmid))
+
+
+def _bool(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def check_owner(vmid: int, node: str, tags: Sequence[str], owner_tag: Optional[str], adopt: bool) -> dict[str, Any]:
+    """The container carries ``owner_tag`` (deploy.yml puts it on every container it makes or adopts), or its
+    inventory host opts in with pve_gpu_container_adopt (deploy.yml's own opt-in); ScopeError otherwise: a VMID
+    destroyed and made again by someone else, with the same GPUs, must not be stopped, killed in or reset."""
+    tags = [str(t) for t in tags]
+    if not owner_tag or owner_tag in tags:
+        return {"tag": owner_tag, "tagged": bool(owner_tag), "adopted": False}
+    if adopt:
+        return {"tag": owner_tag, "tagged": False, "adopted": True}
+    raise ScopeError(
+        "CT %d on %s does not carry the PVE tag %r that marks the containers this collection manages (its tags: %s): "
+        "it may not be the container the inventory declares (a VMID destroyed and made again by someone else), and "
+        "recovery would stop it, kill its processes and reset its GPUs. Check the VMID on the node (pct config %d). "
+        "If it is yours, run deploy.yml for it (with pve_gpu_container_adopt=true for its host, which adds the tag), "
+        "or set pve_gpu_container_adopt=true for its inventory host to recover it untagged. Nothing has been "
+        "changed." % (vmid, node, owner_tag, ";".join(tags) or "none", vmid))
 
 
 def container_gpus(vmid: int, config_rc: int, config_gpus: Sequence[int], config_error: str,

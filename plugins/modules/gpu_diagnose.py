@@ -125,8 +125,9 @@ options:
     required: true
   declared:
     description:
-      - The GPU containers the inventory declares, each C({host, vmid, node_host}) (playbooks/recover.yml reads
-        them from the group sglang_containers with the variables deploy.yml uses).
+      - The GPU containers the inventory declares, each C({host, vmid, node_host, adopt}) (playbooks/recover.yml
+        reads them from the group sglang_containers with the variables deploy.yml uses; C(adopt) is that host's
+        C(pve_gpu_container_adopt)).
     type: list
     elements: dict
     default: []
@@ -134,6 +135,14 @@ options:
     description: Diagnose (and let the ladder act on) O(vmid) although no entry of O(declared) names it on O(node).
     type: bool
     default: false
+  owner_tag:
+    description:
+      - The PVE tag that marks the containers this collection manages (deploy.yml's C(pve_lxc) puts it on them).
+        A container whose C(pct config) lacks it is refused, nothing read further, unless its O(declared) entry
+        says C(adopt=true) (the opt-in deploy.yml takes, C(pve_gpu_container_adopt)): a VMID destroyed and made
+        again by someone else is not this collection's to stop, kill in or reset.
+    type: str
+    default: inferops-gpu
   rung_started_at:
     description:
       - When the rung being verified started, in seconds since the epoch on the node's clock (the RV(node_time) of
@@ -292,10 +301,12 @@ class Runner:
 # --------------------------------------------------------------------------- readings (nothing here judges)
 
 
-def read_gpus(runner, smi):
-    """(gpu rows, compute apps, error, hung) from nvidia-smi."""
+def read_gpus(runner, smi, hung_before=False):
+    """(gpu rows, compute apps, error, hung) from nvidia-smi (not run again when it hung already in this diagnosis)."""
     if not smi:
         return [], [], "nvidia-smi not found", False
+    if hung_before:
+        return [], [], "nvidia-smi timed out reading the GPUs' numbering", True
     rc, out, err, hung = runner.run(gpu_facts.gpu_query_args(smi))
     if hung:
         return [], [], "nvidia-smi --query-gpu timed out", True
@@ -333,8 +344,24 @@ def read_recovery_actions(runner, smi, failed):
     return recover_smi.parse_recovery_actions(rc, out, err)
 
 
-def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
-    gpus, apps, smi_error, hung = read_gpus(runner, smi)
+def read_numbering(runner, smi):
+    """The driver's GPU numbering, device minor <-> nvidia-smi index <-> PCI bus id (recover_smi.gpu_numbering):
+    {"numbering": dict or None, "error": str or None, "hung": bool}."""
+    if not smi:
+        return {"numbering": None, "error": "nvidia-smi not found", "hung": False}
+    gpus, _apps, error, hung = read_gpus(runner, smi)
+    if error:
+        return {"numbering": None, "error": error, "hung": hung}
+    rc, out, err, hung = runner.run(recover_smi.minor_query_args(smi))
+    if hung or rc != 0:
+        return {"numbering": None, "hung": hung,
+                "error": "nvidia-smi -q %s" % ("timed out" if hung else "exited %d: %s" % (rc, (err or out).strip()[:300]))}
+    return {"numbering": recover_smi.gpu_numbering(gpus, recover_smi.parse_q_minors(out)), "error": None, "hung": False}
+
+
+def take_sample(runner, smi, vmid, container, uvm_majors, init_pid=None):
+    container_gpus = container["gpus"]
+    gpus, apps, smi_error, hung = read_gpus(runner, smi, container.get("numbering_hung", False))
     recovery = read_recovery_actions(runner, smi, smi_error or hung)
     scan = procs.scan_processes(vmid, "/", uvm_majors)
     owner_of = {app["pid"]: procs.container_of_pid(app["pid"]) for app in apps if app.get("pid") is not None}
@@ -356,6 +383,8 @@ def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
         "time": time.time(),
         "vmid": vmid,
         "container_gpus": container_gpus,
+        "container_gpus_unmapped": container.get("gpus_unmapped") or [],
+        "gpu_numbering_error": container.get("gpu_numbering_error"),
         "gpus": gpus,
         "nvidia_smi_error": smi_error,
         "nvidia_smi_hung": hung,
@@ -364,18 +393,20 @@ def take_sample(runner, smi, vmid, container_gpus, uvm_majors, init_pid=None):
         "ct_holders": [x for x in ct_procs if x["holds_nvidia"]],
         "ct_stuck": [x for x in ct_procs if x["class"] not in ("running", "zombie")],
         "other_gpu_holders": [x for x in scan["nvidia_holders"]
-                              if x["vmid"] != vmid and set(x["gpu_fds"]) & set(container_gpus)],
+                              if x["vmid"] != vmid and set(x["gpu_fds"]) & set(container["gpu_minors"])],
         "host_memory": host_memory,
         "ct_memory_usage_bytes": pve.container_memory(vmid, init_pid, "/")["memory_usage_bytes"],
     }
 
 
-def read_container(module, runner, pct, notes):
-    """The container (scope, pct status, its GPUs from pct config) and its baseline; fails the module, changing
-    nothing, when the scope refuses it (recover_scope)."""
+def read_container(module, runner, pct, smi, notes):
+    """The container (scope, owner tag, pct status, its GPUs from pct config as nvidia-smi indexes through the
+    driver's numbering) and its baseline; fails the module, changing nothing, when the scope refuses it
+    (recover_scope)."""
     p = module.params
     vmid = p["vmid"]
-    container = {"vmid": vmid, "status": None, "init_pid": None, "gpus": [], "gpus_from": None}
+    container = {"vmid": vmid, "status": None, "init_pid": None, "gpus": [], "gpu_minors": [], "gpus_unmapped": [],
+                 "gpus_from": None}
     try:
         container["scope"] = recover_scope.check_target(vmid, p["node"], p["declared"] or [], p["allow_undeclared"])
     except recover_scope.ScopeError as exc:
@@ -389,6 +420,25 @@ def read_container(module, runner, pct, notes):
     st = pve.parse_pct_status(out)
     container["status"], container["init_pid"] = st["status"], st["pid"]
     rc, out, err, hung = runner.run([pct, "config", str(vmid)])
+    if rc == 0:
+        try:
+            container["owner"] = recover_scope.check_owner(vmid, p["node"], pve.parse_pct_config_tags(out),
+                                                           p["owner_tag"], container["scope"].get("adopt", False))
+        except recover_scope.ScopeError as exc:
+            module.fail_json(msg=str(exc), refused="owner")
+    minors = pve.parse_pct_config_gpus(out) if rc == 0 else []
+    numbering = read_numbering(runner, smi) if minors else {"numbering": None, "error": None, "hung": False}
+    indexes, unmapped = recover_smi.indexes_of_minors(minors, numbering["numbering"])
+    container["gpu_minors"], container["gpus_unmapped"] = minors, unmapped
+    container["numbering_hung"] = numbering["hung"]
+    if unmapped:
+        container["gpu_numbering_error"] = recover_smi.describe_unmapped(unmapped, numbering["numbering"], numbering["error"])
+        notes.append(container["gpu_numbering_error"])
+    elif numbering["numbering"] and numbering["numbering"]["problems"]:
+        notes.append("GPU numbering: %s" % "; ".join(numbering["numbering"]["problems"]))
+    if numbering["numbering"]:
+        container["gpu_numbering"] = {"/dev/nvidia%d" % m: {"index": i, "pci_bus_id": numbering["numbering"]["bus_of_index"].get(i)}
+                                      for m, i in sorted(numbering["numbering"]["index_of_minor"].items()) if m in minors}
     baseline_path, baseline, baseline_error = recover_baseline.load(p["baseline_dir"], vmid)
     if baseline_error:
         notes.append(baseline_error)
@@ -398,9 +448,9 @@ def read_container(module, runner, pct, notes):
         notes.append("baseline %s set aside (record_baseline): judged without it" % baseline_path)
         baseline = None
     try:
-        gpus = recover_scope.container_gpus(vmid, rc, pve.parse_pct_config_gpus(out) if rc == 0 else [],
-                                            "timed out" if hung else (err or out), recover_baseline.gpus_of(baseline),
-                                            baseline_path)
+        # Unmapped minors leave the GPUs unknown (a reason of the gate): the baseline is not compared with a part.
+        gpus = recover_scope.container_gpus(vmid, rc, indexes, "timed out" if hung else (err or out),
+                                            None if unmapped else recover_baseline.gpus_of(baseline), baseline_path)
     except recover_scope.ScopeError as exc:
         module.fail_json(msg=str(exc), refused="gpus")
     container["gpus"], container["gpus_from"] = gpus["gpus"], gpus["from"]
@@ -466,7 +516,7 @@ def diagnose(module):
     smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
     notes = []
-    container, baseline_path, baseline = read_container(module, runner, pct, notes)
+    container, baseline_path, baseline = read_container(module, runner, pct, smi, notes)
     service = read_service(runner, pct, vmid, p["service"], container["status"] == "running")
     uvm_majors = procs.uvm_majors()
     tolerances = {
@@ -483,7 +533,7 @@ def diagnose(module):
     for i in range(max(1, p["samples"])):
         if i:
             time.sleep(p["sample_interval"])
-        samples.append(take_sample(runner, smi, vmid, container["gpus"], uvm_majors, container["init_pid"]))
+        samples.append(take_sample(runner, smi, vmid, container, uvm_majors, container["init_pid"]))
         if samples[-1]["nvidia_smi_hung"]:
             break
     kernel, kernel_evidence = read_kernel(p, kmsg_start)
@@ -572,6 +622,7 @@ def main():
             node=dict(type="str", required=True),
             declared=dict(type="list", elements="dict", default=[]),
             allow_undeclared=dict(type="bool", default=False),
+            owner_tag=dict(type="str", default="inferops-gpu"),
             ignore_baseline=dict(type="bool", default=False),
             rung_started_at=dict(type="float"),
             stuck_grace=dict(type="float", default=30),

@@ -231,8 +231,42 @@ def ct_init_pid(module, vmid):
     return pve.parse_pct_status(out)["pid"] if rc == 0 else None
 
 
+def container_gpu_minors(module, vmid, timeout):
+    """The /dev/nvidiaN minors a container's devN pass (its pct config now), or (None, why) when unreadable."""
+    pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
+    if not pct:
+        return None, "pct not found"
+    tbin = module.get_bin_path("timeout")
+    pre = [tbin, "-k", "5", str(timeout)] if tbin else []
+    rc, out, err = module.run_command(pre + [pct, "config", str(vmid)], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        return None, "pct config %d failed (rc %d): %s" % (vmid, rc, (err or out).strip())
+    return pve.parse_pct_config_gpus(out), None
+
+
+def read_numbering(module, smi, rows, timeout):
+    """The driver's numbering, device minor <-> nvidia-smi index (recover_smi.gpu_numbering), or (None, why)."""
+    rc, out, err = run_smi(module, smi, recover_smi.minor_query_args("x")[1:], timeout)
+    if rc != 0:
+        return None, "nvidia-smi -q failed (rc %d): %s" % (rc, (err or out).strip()[:300])
+    numbering = recover_smi.gpu_numbering(list(rows.values()), recover_smi.parse_q_minors(out))
+    if not numbering["complete"]:
+        return None, "; ".join(numbering["problems"])
+    return numbering, None
+
+
+def by_index(holders, numbering):
+    """The scan's holders with gpu_fds as nvidia-smi indexes (the minors they hold open kept as gpu_fd_minors).
+    A minor no GPU of the numbering has is no GPU nvidia-smi lists, so none this reset could take."""
+    out = []
+    for h in holders:
+        indexes, _unknown = recover_smi.indexes_of_minors(h.get("gpu_fds") or [], numbering)
+        out.append(dict(h, gpu_fds=indexes, gpu_fd_minors=sorted(h.get("gpu_fds") or [])))
+    return out
+
+
 def other_containers_gpus(module, vmid, timeout):
-    """{VMID: [GPU]} of the node's other running containers (their devN), or (None, why) when unknown."""
+    """{VMID: [GPU minor]} of the node's other running containers (their devN), or (None, why) when unknown."""
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         return None, "pct not found"
@@ -454,8 +488,27 @@ def reset_gpus(module, vmid, smi, result):
     topo_rc, out, err = run_smi(module, smi, ["topo", "-m"], t)
     peers = recover_smi.parse_topo_nvlink(out) if topo_rc == 0 else {}
     wanted = sorted(set(p["gpus"] or []))
+    # What the node shows as /dev/nvidiaN (devN entries, open fds) is the driver's minor number; nvidia-smi -r -i
+    # takes the index. Only the driver's numbering turns one into the other; without it nothing is reset. The
+    # container's GPUs are read again through it: they must still be the ones the diagnosis judged.
+    numbering, why = read_numbering(module, smi, rows, t)
+    if numbering is not None:
+        own, why = container_gpu_minors(module, vmid, t)
+        if own is not None:
+            own_indexes, unknown = recover_smi.indexes_of_minors(own, numbering)
+            if unknown:
+                why = recover_smi.describe_unmapped(unknown, numbering)
+            elif own_indexes != wanted:
+                why = ("CT %d passes /dev/nvidia%s, which the driver numbers as GPU(s) %s, not the GPU(s) %s asked for: "
+                       "diagnose again" % (vmid, ",".join(str(m) for m in own), own_indexes, wanted))
+    if why:
+        result["refused"].append({"gpus": wanted, "why": "GPU numbering unknown, no GPU reset: %s" % why})
+        result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], "groups": [], "stop_host_daemons": []}
+        return
+    result["gpu_numbering"] = {str(i): {"minor": m, "pci_bus_id": numbering["bus_of_index"].get(i)}
+                               for i, m in sorted(numbering["minor_of_index"].items())}
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
-    holders = procs.scan_processes(vmid, "/", procs.uvm_majors())["nvidia_holders"]
+    holders = by_index(procs.scan_processes(vmid, "/", procs.uvm_majors())["nvidia_holders"], numbering)
     # Host daemons that hold every GPU (nvidia-persistenced) are stopped for the reset and started again; every
     # other holder is a client that blocks the reset of its GPUs (recover_daemons).
     split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"])
@@ -485,7 +538,8 @@ def reset_gpus(module, vmid, smi, result):
         result["refused"].extend({"gpus": group, "why": "the other containers' GPUs are unknown (%s)" % why}
                                  for group in groups)
         groups = []
-    conflicts = recover_scope.reset_conflicts(groups, vmid, others or {})
+    others = {other: recover_smi.indexes_of_minors(minors, numbering)[0] for other, minors in (others or {}).items()}
+    conflicts = recover_scope.reset_conflicts(groups, vmid, others)
     for conflict in conflicts:
         result["refused"].append({"gpus": conflict["gpus"], "why": recover_scope.describe_conflict(conflict)})
     groups = [g for g in groups if g not in [c["gpus"] for c in conflicts]]
@@ -502,8 +556,10 @@ def reset_gpus(module, vmid, smi, result):
                      "extra_nvlink_peers": [g for g in group if g not in wanted]})
     planned_gpus = {g for item in plan for g in item["gpus"]}
     daemons = [d for d in daemons if set(d["gpus"]) & planned_gpus]
+    minors_of = {h["pid"]: h["gpu_fd_minors"] for h in holders}
     for d in daemons:
         d["argv"] = rd.parse_cmdline(_read_bytes("/proc/%d/cmdline" % d["pid"]))
+        d["gpu_minors"] = minors_of.get(d["pid"], [])
     result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], "nvlink_peers": {str(k): v for k, v in peers.items()},
                          "nvlink_known": topo_rc == 0, "groups": plan,
                          "stop_host_daemons": [rd.describe(d) for d in daemons]}
@@ -564,8 +620,10 @@ def start_daemon(module, d):
         return
 
     def holding():
+        # d["gpu_minors"]: the device minors the stopped daemon held open (the scan's own numbering).
         for h in procs.scan_processes(-1, "/", procs.uvm_majors())["nvidia_holders"]:
-            if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and set(d["gpus"]) <= set(h["gpu_fds"]):
+            if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and \
+                    set(d.get("gpu_minors", d["gpus"])) <= set(h["gpu_fds"]):
                 return h["pid"]
         return None
     rsig.wait_until(lambda: holding() is not None, 30)

@@ -72,7 +72,7 @@ def test_watched_containers_from_the_inventory_only():
     w = ew.watched_containers(INV)
     assert w == [ew.Watched("ct129", 129, "pve1", False), ew.Watched("ct132", 132, "pve1", True),
                  ew.Watched("ct140", 140, "pve2", False)]
-    assert ew.declared(w)[0] == {"host": "ct129", "vmid": 129, "node_host": "pve1"}
+    assert ew.declared(w)[0] == {"host": "ct129", "vmid": 129, "node_host": "pve1", "adopt": False}
 
 
 @pytest.mark.parametrize("hv,msg", [({"proxmox_vmid": "x"}, "no VMID"), ({"proxmox_vmid": 50}, "no VMID")])

@@ -20,7 +20,8 @@ def test_declared_on_node_only_this_node():
 
 
 def test_declared_target_is_taken():
-    assert rs.check_target(129, "pve1", DECLARED, False) == {"vmid": 129, "declared_as": "ct129", "override": False}
+    assert rs.check_target(129, "pve1", DECLARED, False) == {"vmid": 129, "declared_as": "ct129", "override": False,
+                                                            "adopt": False}
 
 
 @pytest.mark.parametrize("vmid,node", [(130, "pve1"), (131, "pve1"), (129, "pve2")])
@@ -33,7 +34,7 @@ def test_undeclared_target_is_refused_with_the_override_named(vmid, node):
 
 
 def test_override_names_an_undeclared_target():
-    assert rs.check_target(130, "pve1", DECLARED, True) == {"vmid": 130, "declared_as": None, "override": True}
+    assert rs.check_target(130, "pve1", DECLARED, True) == {"vmid": 130, "declared_as": None, "override": True, "adopt": False}
 
 
 def test_gpus_come_from_pct_config_now():
@@ -129,3 +130,19 @@ def test_two_members_on_one_node_are_refused_with_what_to_do():
         rs.recover_targets(same, 202)
     assert "two containers on node pve2 (ct201 and ct202)" in str(exc.value)
     assert "-e recover_node=pve2" in str(exc.value)
+
+
+def test_a_container_without_the_owner_tag_is_refused_unless_adopted():
+    assert rs.check_owner(129, "pve1", ["inferops-gpu", "x"], "inferops-gpu", False)["tagged"] is True
+    assert rs.check_owner(129, "pve1", [], "inferops-gpu", True) == {
+        "tag": "inferops-gpu", "tagged": False, "adopted": True}
+    with pytest.raises(rs.ScopeError, match=r"does not carry the PVE tag 'inferops-gpu' .*\(its tags: web\)"):
+        rs.check_owner(129, "pve1", ["web"], "inferops-gpu", False)
+
+
+def test_adopt_comes_from_the_declaring_host_only():
+    declared = [{"host": "ct129", "vmid": 129, "node_host": "pve1", "adopt": True},
+                {"host": "ct130", "vmid": 130, "node_host": "pve1"}]
+    assert rs.check_target(129, "pve1", declared, False)["adopt"] is True
+    assert rs.check_target(130, "pve1", declared, False)["adopt"] is False
+    assert rs.check_target(131, "pve1", declared, True)["adopt"] is False

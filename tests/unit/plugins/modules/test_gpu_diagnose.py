@@ -25,7 +25,8 @@ BASE67 = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib"
 
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
         declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False, kmsg=None,
-        since=None):
+        since=None, tags="inferops-gpu", minors=None, config_devs="dev0: /dev/nvidia6\ndev1: /dev/nvidia7\n"):
+    minors = {6: 6, 7: 7} if minors is None else minors
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -39,7 +40,13 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
         if "config" in cmd:
             if config_rc:
                 return config_rc, "", "CT is locked (backup)\n"
-            return 0, "dev0: /dev/nvidia6\ndev1: /dev/nvidia7\nmemory: 4096\n", ""
+            return 0, config_devs + "memory: 4096\n" + ("tags: %s\n" % tags if tags else ""), ""
+        if cmd[-1] == "-q":
+            # nvidia-smi -q as NVIDIA's prints it: a "GPU <bus id>" heading, the Minor Number in its section.
+            return 0, ("\n==============NVSMI LOG==============\n\nAttached GPUs                  : 2\n"
+                       "GPU 00000000:DB:00.0\n    Product Name          : NVIDIA RTX PRO 6000\n"
+                       "    Minor Number          : %s\n\nGPU 00000000:BA:00.0\n    Minor Number          : %s\n"
+                       % (minors.get(6, "N/A"), minors.get(7, "N/A"))), ""
         if "exec" in cmd:
             return 0, "ActiveState=%s\nSubState=dead\nUnitFileState=disabled\nMainPID=0\nLoadState=loaded\n" % service, ""
         if "--query-gpu=index,gpu_recovery_action" in cmd:
@@ -119,7 +126,7 @@ def test_undeclared_container_is_refused_before_anything_is_read(monkeypatch, ca
 def test_undeclared_container_named_explicitly_is_diagnosed(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path, declared=[], allow_undeclared=True, baseline=BASE67)
     assert res["verdict"] == "Clean"
-    assert res["evidence"]["container"]["scope"] == {"vmid": VMID, "declared_as": None, "override": True}
+    assert res["evidence"]["container"]["scope"] == {"vmid": VMID, "declared_as": None, "override": True, "adopt": False}
 
 
 def test_stale_baseline_is_refused(monkeypatch, capsys, tmp_path):
@@ -203,3 +210,60 @@ def test_unreadable_memory_alone_is_not_clean_and_asks_for_no_rung(monkeypatch, 
     assert res["findings"]["only_unreadable"] is True
     assert any("GPU 6: nvidia-smi reports no memory.used figure" in r for r in res["reasons"])
     assert res["rung_reason"].startswith("nothing a rung can change")
+
+
+# Ownership: a VMID the inventory declares but that someone else made again, without the collection's tag.
+def test_a_container_without_the_owner_tag_is_refused_before_anything_is_judged(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, tags="tenant-b;web")
+    assert res["failed"] is True and res["refused"] == "owner"
+    assert "does not carry the PVE tag 'inferops-gpu'" in res["msg"] and "(its tags: tenant-b;web)" in res["msg"]
+    assert "pve_gpu_container_adopt=true" in res["msg"] and "Nothing has been changed" in res["msg"]
+    assert "verdict" not in res
+
+
+def test_no_tags_at_all_is_refused_too(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, tags="")
+    assert res["refused"] == "owner" and "(its tags: none)" in res["msg"]
+
+
+def test_an_untagged_container_whose_host_adopts_it_is_diagnosed(monkeypatch, capsys, tmp_path):
+    declared = [dict(DECLARED[0], adopt=True)]
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, tags="", declared=declared)
+    assert res["verdict"] == "Clean"
+    assert res["evidence"]["container"]["owner"] == {"tag": "inferops-gpu", "tagged": False, "adopted": True}
+
+
+def test_an_undeclared_container_named_explicitly_still_needs_the_tag(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, declared=[], allow_undeclared=True, baseline=BASE67, tags="other")
+    assert res["refused"] == "owner"
+
+
+# GPU numbering: /dev/nvidiaN is the driver's minor number, not the nvidia-smi index (nvidia-smi -q, Minor Number).
+def test_device_minors_are_turned_into_nvidia_smi_indexes_through_the_driver(monkeypatch, capsys, tmp_path):
+    # The container passes /dev/nvidia6 only; on this node minor 6 is GPU index 7 (bus BA) and minor 7 index 6.
+    res = run(monkeypatch, capsys, tmp_path, used6=4096, minors={6: 7, 7: 6}, config_devs="dev0: /dev/nvidia6\n",
+              baseline={"vmid": VMID, "gpus": [{"index": 7, "uuid": "GPU-7", "memory_used_mib": 0}],
+                        "host": {"mem_available_bytes": 1, "shmem_bytes": 0, "mlocked_bytes": 0}})
+    c = res["evidence"]["container"]
+    assert c["gpus"] == [7] and c["gpu_minors"] == [6] and c["gpus_unmapped"] == []
+    assert c["gpu_numbering"] == {"/dev/nvidia6": {"index": 7, "pci_bus_id": "0000:ba:00.0"}}
+    # GPU index 6 (another tenant's, 4096 MiB used) is not judged as this container's: Clean.
+    assert res["verdict"] == "Clean", res["reasons"]
+    assert [g["index"] for g in res["evidence"]["gpus"]] == [7]
+
+
+def test_the_same_memory_on_the_container_gpu_is_judged(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, used6=4096, minors={6: 7, 7: 6}, config_devs="dev0: /dev/nvidia7\n",
+              baseline={"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0}],
+                        "host": {"mem_available_bytes": 1, "shmem_bytes": 0, "mlocked_bytes": 0}})
+    assert res["evidence"]["container"]["gpus"] == [6]
+    assert res["verdict"] == "Not clean"
+    assert any(r.startswith("GPU 6: 4096 MiB used") for r in res["reasons"]), res["reasons"]
+
+
+def test_a_minor_the_driver_does_not_number_is_unknown_and_not_clean(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, baseline=BASE67, minors={6: 6})  # GPU 7's Minor Number: N/A
+    c = res["evidence"]["container"]
+    assert c["gpus"] == [6] and c["gpus_unmapped"] == [7]
+    assert res["verdict"] == "Not clean"
+    assert any("GPU(s) of the container unknown: /dev/nvidia7" in r and "Minor Number" in r for r in res["reasons"])

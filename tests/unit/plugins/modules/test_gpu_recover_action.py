@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 import yaml
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
@@ -77,10 +79,27 @@ TOPO_NVSWITCH = "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\n" + "".join(
 PCT_LIST = "VMID       Status     Lock         Name\n129        stopped                 a\n130        running                 b\n"
 
 
+TOPO_PCIE = "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\n" + "".join(
+    "GPU%d\t%s\n" % (i, "\t".join("X" if j == i else ("NODE" if i // 4 == j // 4 else "SYS") for j in range(8)))
+    for i in range(8))
+
+
+def smi_q(minor_of_index):
+    """nvidia-smi -q as NVIDIA's prints it: one "GPU <bus id>" section per GPU with its Minor Number."""
+    return "\n==============NVSMI LOG==============\n\nAttached GPUs : 8\n" + "".join(
+        "GPU 00000000:%02X:00.0\n    Product Name                          : NVIDIA H100\n"
+        "    Minor Number                          : %s\n\n" % (i, minor_of_index.get(i, "N/A")) for i in range(8))
+
+
 class ResetModule(FakeModule):
-    def __init__(self, other_config):
+    def __init__(self, other_config, own_config="dev0: /dev/nvidia0\ndev1: /dev/nvidia1\n", minors=None,
+                 topo=TOPO_NVSWITCH, q_rc=0):
         self.calls = []
         self.other_config = other_config
+        self.own_config = own_config
+        self.minors = {i: i for i in range(8)} if minors is None else minors
+        self.topo = topo
+        self.q_rc = q_rc
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
         return {"pct": "/usr/sbin/pct"}.get(name)
@@ -92,10 +111,14 @@ class ResetModule(FakeModule):
             return 0, PCT_LIST, ""
         if cmd[-2:] == ["config", "130"]:
             return 0, self.other_config, ""
+        if cmd[-2:] == ["config", str(VMID)]:
+            return 0, self.own_config, ""
+        if cmd[-1] == "-q":
+            return (self.q_rc, "", "Failed to initialize NVML: Unknown Error\n") if self.q_rc else (0, smi_q(self.minors), "")
         if any(a.startswith("--query-gpu") for a in cmd):
             return 0, GPU_ROWS, ""
         if cmd[-2:] == ["topo", "-m"]:
-            return 0, TOPO_NVSWITCH, ""
+            return 0, self.topo, ""
         if any(a.startswith("--query-compute-apps") for a in cmd):
             return 0, "", ""
         if "-r" in cmd:
@@ -109,12 +132,12 @@ class ResetModule(FakeModule):
         raise AssertionError(kw)
 
 
-def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=()):
-    module = ResetModule(other_config)
+def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=(), gpus=(0, 1), **kw):
+    module = ResetModule(other_config, **kw)
     monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: {
         "nvidia_holders": list(after_start if getattr(module, "daemon_started", False) else holders)})
     monkeypatch.setattr(procs, "uvm_majors", lambda: [])
-    module.params = dict(FakeModule.params, gpus=[0, 1], stop_host_daemons=stop_host_daemons)
+    module.params = dict(FakeModule.params, gpus=list(gpus), stop_host_daemons=stop_host_daemons)
     result = {"refused": [], "reset": [], "changed": False}
     action.reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
     return result, module
@@ -289,3 +312,49 @@ def test_a_process_outside_the_unit_still_gets_sigterm_and_the_grace(monkeypatch
 def test_without_a_timed_out_stop_sigterm_comes_first(monkeypatch):
     result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: UNIT_CG}, timed_out=False)
     assert sent == [signal.SIGTERM, signal.SIGKILL]
+
+
+# The device minor is not the nvidia-smi index: on this node /dev/nvidia5 is GPU 6 and /dev/nvidia6 is GPU 5.
+SWAPPED = {**{i: i for i in range(8)}, 5: 6, 6: 5}  # {index: minor}
+
+
+def resets(module):
+    return [c[c.index("-r"):] for c in module.calls if "-r" in c]
+
+
+def test_the_reset_takes_the_index_the_driver_gives_the_containers_minor(monkeypatch):
+    # CT 129 passes /dev/nvidia5 (GPU index 6); running CT 130 passes /dev/nvidia6 (GPU index 5) and holds it open.
+    tenant = {"pid": 7001, "comm": "python3", "starttime": 5, "vmid": 130, "gpu_fds": [6], "cgroup": {"": "/lxc/130"}}
+    result, module = reset(monkeypatch, "dev0: /dev/nvidia6\n", holders=[tenant], gpus=[6],
+                           own_config="dev0: /dev/nvidia5\n", minors=SWAPPED, topo=TOPO_PCIE)
+    assert result["refused"] == []
+    assert resets(module) == [["-r", "-i", "6"]]
+    assert result["gpu_numbering"]["6"] == {"minor": 5, "pci_bus_id": "0000:06:00.0"}
+
+
+def test_the_other_tenants_gpu_is_never_taken_for_the_containers(monkeypatch):
+    # Read as index = minor, CT 129's /dev/nvidia5 would be GPU 5: CT 130's. Asked for GPU 5, the reset is refused.
+    result, module = reset(monkeypatch, "dev0: /dev/nvidia6\n", gpus=[5], own_config="dev0: /dev/nvidia5\n",
+                           minors=SWAPPED, topo=TOPO_PCIE)
+    assert resets(module) == []
+    assert "numbers as GPU(s) [6], not the GPU(s) [5] asked for" in result["refused"][0]["why"]
+
+
+def test_a_holder_of_the_other_minor_blocks_the_right_gpu(monkeypatch):
+    # A host process holding /dev/nvidia5 holds GPU index 6: the reset of GPU 6 is refused, naming it.
+    user = {"pid": 7002, "comm": "hog", "starttime": 5, "vmid": None, "gpu_fds": [5], "cgroup": {"": "/user.slice"}}
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[user], gpus=[6],
+                           own_config="dev0: /dev/nvidia5\n", minors=SWAPPED, topo=TOPO_PCIE)
+    assert resets(module) == []
+    assert result["refused"][0]["why"].startswith("clients on GPU 6: 7002/hog (host)")
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"q_rc": 255}, "nvidia-smi -q failed (rc 255)"),
+    ({"minors": {**{i: i for i in range(8)}, 3: "N/A"}}, "GPU 3 (0000:03:00.0): nvidia-smi -q gives no Minor Number"),
+    ({"minors": {**{i: i for i in range(8)}, 3: 4}}, "GPUs 3 and 4: the same Minor Number 4"),
+])
+def test_without_the_drivers_numbering_nothing_is_reset(monkeypatch, kw, why):
+    result, module = reset(monkeypatch, "memory: 256\n", **kw)
+    assert resets(module) == [] and result["changed"] is False
+    assert result["refused"][0]["why"].startswith("GPU numbering unknown, no GPU reset: " + why), result["refused"]
