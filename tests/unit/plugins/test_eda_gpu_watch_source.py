@@ -54,8 +54,8 @@ print(json.dumps({"plays": [{"tasks": [{"hosts": {sys.argv[1]: diag}}]}]}))
     seen = [json.loads(line) for line in calls.read_text().splitlines()]
     assert [c["args"]["vmid"] for c in seen] == [129, 132] * 3          # CT 130 is in no watched group
     assert all(c["argv"][0] == "pve1" and "inferops.gpu_inference.gpu_diagnose" in c["argv"] for c in seen)
-    assert seen[0]["args"]["declared"] == [{"host": "ct129", "vmid": 129, "node_host": "pve1"},
-                                           {"host": "ct132", "vmid": 132, "node_host": "pve1"}]
+    assert seen[0]["args"]["declared"] == [{"host": "ct129", "vmid": 129, "node_host": "pve1", "adopt": False},
+                                           {"host": "ct132", "vmid": 132, "node_host": "pve1", "adopt": False}]
     # The first poll takes the kernel cursor; the next ones pass it (Xids since then are new) until an event.
     assert "kernel_since_seq" not in seen[0]["args"] and seen[2]["args"]["kernel_since_seq"] == 41
     assert "kernel_since_seq" not in seen[3]["args"] and seen[5]["args"]["kernel_since_seq"] == 41
