@@ -299,7 +299,13 @@ class Driver:
         self.recovery = ["None"] * len(self.gpus)
         # GPU faults by index (str): "lost" (fallen off the bus, Xid 79), "memory_na" (memory figures [N/A]),
         # "xid_on_exit" (the Xid the driver logs when a client of that GPU goes away).
-        self.gpu_faults = {"lost": [], "memory_na": [], "xid_on_exit": {}}
+        # "minor_map": {str(index): minor} for the GPUs whose device minor is not their index (fault "minor-swap"):
+        # on some servers NVML's enumeration order (the nvidia-smi index) and the driver's minor numbers (/dev/nvidiaN,
+        # nvidia-smi -q "Minor Number") differ. The set of minors stays the set of indexes: the device nodes are the
+        # same, only which GPU each one is changes.
+        self.gpu_faults = {"lost": [], "memory_na": [], "xid_on_exit": {}, "minor_map": {}}
+        # GPU resets done per GPU (lab evidence: which GPU a reset really hit).
+        self.resets = [0] * len(self.gpus)
         self.seq = 0
         self.my_pidns = pidns_of(os.getpid())
         self.my_userns = userns_of(os.getpid())
@@ -322,6 +328,8 @@ class Driver:
             self.recovery = s["recovery"]
         if isinstance(s.get("gpu_faults"), dict):
             self.gpu_faults.update(s["gpu_faults"])
+        if len(s.get("resets", [])) == len(self.gpus):
+            self.resets = s["resets"]
 
     def save(self):
         os.makedirs(RUN_DIR, exist_ok=True)
@@ -329,17 +337,28 @@ class Driver:
         with open(tmp, "w") as f:
             json.dump({"driver_version": self.cfg["driver_version"], "pm": self.pm, "allocs": self.allocs,
                        "driver_held": self.driver_held, "seq": self.seq, "recovery": self.recovery,
-                       "gpu_faults": self.gpu_faults}, f)
+                       "gpu_faults": self.gpu_faults, "resets": self.resets}, f)
         os.replace(tmp, self.paths["state"])
 
+    def minor_of(self, gpu):
+        """The device minor of GPU index gpu: /dev/nvidia<minor> (the index unless fault minor-swap says otherwise)."""
+        return int(self.gpu_faults.get("minor_map", {}).get(str(gpu), gpu))
+
+    def index_of_minor(self, minor):
+        for g in self.gpus:
+            if self.minor_of(g["index"]) == minor:
+                return g["index"]
+        return None
+
     def gpu_node(self, gpu):
-        """The node id (node_id) of this driver's /dev/nvidia<gpu>: the node file in its node's device directory,
-        195:<gpu>; None when there is none (the GPU cannot be opened)."""
+        """The node id (node_id) of this driver's device node of GPU index gpu: the node file in its node's device
+        directory, 195:<minor>; None when there is none (the GPU cannot be opened)."""
+        minor = self.minor_of(gpu)
         try:
-            st = os.stat("%s/nvidia%d" % (self.paths["dev_dir"], gpu))
+            st = os.stat("%s/nvidia%d" % (self.paths["dev_dir"], minor))
         except OSError:
             return None
-        if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(NVIDIA_MAJOR, gpu):
+        if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(NVIDIA_MAJOR, minor):
             return None
         return node_id(st)
 
@@ -454,7 +473,7 @@ class Driver:
                                   "used_memory_mib": -(-p["bytes"] // MIB), "type": "C"})
             used = self.used_mib(i)
             d = dict(g)
-            d.update({"memory_used_mib": used,
+            d.update({"minor": self.minor_of(i), "resets": self.resets[i], "memory_used_mib": used,
                       "memory_free_mib": max(0, g["memory_total_mib"] - g["memory_reserved_mib"] - used),
                       "persistence_mode": self.pm[i], "recovery_action": self.recovery[i], "processes": plist,
                       "lost": i in self.gpu_faults["lost"], "memory_na": i in self.gpu_faults["memory_na"]})
@@ -469,6 +488,10 @@ class Driver:
         try:
             gpu = int(req["gpu"])
             nbytes = int(req["bytes"])
+            # A client names the GPU by the device node it opened (its minor); "gpu" alone is taken as the index.
+            if req.get("minor") is not None:
+                found = self.index_of_minor(int(req["minor"]))
+                gpu = -1 if found is None else found
         except (KeyError, TypeError, ValueError):
             return {"ok": False, "error": "invalid argument: need integer 'gpu' and 'bytes'", "code": 2}
         if not 0 <= gpu < len(self.gpus) or nbytes < 0:
@@ -553,11 +576,23 @@ class Driver:
         for i in targets:
             if self.recovery[i] in ("Reset", "Drain and Reset"):
                 self.recovery[i] = "None"
+            self.resets[i] += 1
         self.save()
         return {"ok": True, "reset": [{"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"]} for i in targets]}
 
     # ---- lab-only ops (host root only), used by fault.py
     def op_fault_set(self, req):
+        if req.get("fault") == "minor_map":
+            # {str(index): minor}: a permutation of some GPUs' minors among themselves (the device nodes stay).
+            mapping = req.get("map")
+            n = len(self.gpus)
+            if not isinstance(mapping, dict) or not all(
+                    str(k).isdigit() and int(k) < n and isinstance(v, int) and 0 <= v < n for k, v in mapping.items()) \
+                    or sorted(int(k) for k in mapping) != sorted(mapping.values()):
+                return {"ok": False, "error": "need map {index: minor} permuting indexes 0..%d among themselves" % (n - 1)}
+            self.gpu_faults["minor_map"] = {str(int(k)): int(v) for k, v in mapping.items() if int(k) != int(v)}
+            self.save()
+            return {"ok": True}
         if req.get("fault") == "recovery_action":
             gpu, action = req.get("gpu"), req.get("action")
             if not isinstance(gpu, int) or not 0 <= gpu < len(self.gpus) or action not in RECOVERY_ACTIONS:
@@ -611,6 +646,8 @@ class Driver:
                 if int(i) in self.gpu_faults[key]:
                     self.gpu_faults[key].remove(int(i))
             self.gpu_faults["xid_on_exit"].pop(str(int(i)), None)
+        if req.get("gpus") is None and req.get("pidns") is None:
+            self.gpu_faults["minor_map"] = {}
         ns = req.get("pidns")
         for k in list(self.driver_held):
             if ns is None or k == str(ns):

@@ -12,6 +12,7 @@
     fault.py inject memory-na        --vmid 129 [--gpu 0]
     fault.py inject xid-on-exit      --vmid 129 [--gpu 0] [--xid 45]
     fault.py clear [--vmid 129]
+    fault.py minor-map [--node pve1] 5=6,6=5     (GPU index=device minor; "" or "none": minor = index again)
 
 Containers are LXC containers named by VMID (entered with lxc-attach; `--lxcpath` or LABGPU_LXCPATH
 for a non-default lxc path).  Injected faults are recorded in /run/inferops-lab/gpu/faults.json.
@@ -276,8 +277,17 @@ def clear_driver_held(vmid, rec):
     driver({"op": "fault_clear", "pidns": rec["pidns"]}, rec.get("node", "pve1"))
 
 
+def index_of_minor(minor, node):
+    """The GPU index of device minor ``minor`` (/dev/nvidia<minor>) as the node's driver numbers them (fault
+    minor-map); the minor itself with a driver that does not say."""
+    for g in driver({"op": "query"}, node).get("gpus", []):
+        if g.get("minor", g["index"]) == minor:
+            return g["index"]
+    return minor
+
+
 def inject_recovery_action(vmid, ipid, a):
-    gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+    gpus = [a.gpu] if a.gpu is not None else [index_of_minor(m, node_of(vmid)) for m in visible_gpus(ipid)[:1]]
     if not gpus:
         raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
     rep = driver({"op": "fault_set", "fault": "recovery_action", "gpu": gpus[0], "action": a.action}, node_of(vmid))
@@ -292,7 +302,7 @@ def clear_recovery_action(vmid, rec):
 
 def inject_gpu_fault(fault):
     def inject(vmid, ipid, a):
-        gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+        gpus = [a.gpu] if a.gpu is not None else [index_of_minor(m, node_of(vmid)) for m in visible_gpus(ipid)[:1]]
         if not gpus:
             raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
         req = {"op": "fault_set", "fault": fault, "gpu": gpus[0]}
@@ -441,6 +451,24 @@ def cmd_clear(a):
     return 0
 
 
+def cmd_minor_map(a):
+    """Which device minor each GPU index has on a node (NVIDIA: /dev/nvidia<Minor Number>, nvidia-smi -q; the index is
+    NVML's enumeration order, and the two differ on some servers). Cleared by `fault.py clear` (no --vmid) too."""
+    text = (a.map or "").strip()
+    mapping = {}
+    if text and text != "none":
+        for item in text.split(","):
+            index, sep, minor = item.partition("=")
+            if not sep or not index.strip().isdigit() or not minor.strip().isdigit():
+                raise FaultError("minor-map takes INDEX=MINOR[,INDEX=MINOR...], got %r" % item)
+            mapping[index.strip()] = int(minor)
+    rep = driver({"op": "fault_set", "fault": "minor_map", "map": mapping}, a.node)
+    if not rep.get("ok"):
+        raise FaultError(rep.get("error", "driver refused"))
+    print(json.dumps({"node": a.node, "minor_map": mapping}))
+    return 0
+
+
 def cmd_list(a):
     print("Faults:")
     for n, d in FAULTS.items():
@@ -471,6 +499,9 @@ def main(argv):
     pc = sub.add_parser("clear")
     pc.add_argument("--vmid")
     sub.add_parser("list")
+    pm = sub.add_parser("minor-map")
+    pm.add_argument("map", nargs="?", default="", help="INDEX=MINOR,...: a permutation of GPUs' device minors")
+    pm.add_argument("--node", default="pve1")
     a = ap.parse_args(argv)
     global LXCPATH
     LXCPATH = a.lxcpath or LXCPATH
@@ -480,7 +511,7 @@ def main(argv):
         print("fault.py: must run as root", file=sys.stderr)
         return 1
     try:
-        return {"inject": cmd_inject, "clear": cmd_clear, "list": cmd_list}[a.cmd](a)
+        return {"inject": cmd_inject, "clear": cmd_clear, "list": cmd_list, "minor-map": cmd_minor_map}[a.cmd](a)
     except FaultError as e:
         print("fault.py: %s" % e, file=sys.stderr)
         return 1

@@ -35,10 +35,11 @@ def set_comm(name):
 
 
 def alloc(gpu, nbytes, tag):
+    """One allocation on the GPU of /dev/nvidia<gpu> (a device minor: the driver knows which GPU that node is)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(30)
     s.connect(SOCK)
-    s.sendall(json.dumps({"op": "alloc", "gpu": gpu, "bytes": nbytes, "tag": tag}).encode() + b"\n")
+    s.sendall(json.dumps({"op": "alloc", "gpu": gpu, "minor": gpu, "bytes": nbytes, "tag": tag}).encode() + b"\n")
     buf = b""
     while not buf.endswith(b"\n"):
         c = s.recv(4096)
