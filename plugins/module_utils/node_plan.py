@@ -34,6 +34,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_depl
     CALCULATOR_FACT_KEYS,
     GPU_MEMORY_NOT_READ_MIB,
     check_gpus_exist,
+    gpus_by_minor,
     container_spec,
     memory_bytes,
     node_gate,
@@ -84,7 +85,7 @@ def _unread_note(guest: Mapping[str, Any], counted: str) -> str:
 
 def gpu_owners(containers: Sequence[Mapping[str, Any]], guests: Sequence[Mapping[str, Any]],
                node_gpus: Sequence[int] = ()) -> Dict[int, str]:
-    """GPU index -> the guest that holds it (devN), for the GPUs the containers ask for; refuses a GPU held by a
+    """GPU (device minor, /dev/nvidiaN) -> the guest that holds it (devN), for the GPUs the containers ask for; refuses a GPU held by a
     guest the inventory does not place there, and a GPU two inventory containers ask for."""
     managed = {_int(ct["vmid"]) for ct in containers}
     held: Dict[int, str] = {}
@@ -134,7 +135,7 @@ def plan_node(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Ma
             ", ".join(map(str, twice)), ", ".join(str(ct.get("host")) for ct in containers if ct["vmid"] in twice)))
     for ct in containers:
         check_gpus_exist(ct["vmid"], ct["gpus"], node)
-    gpu_owners(containers, guests, [int(g["index"]) for g in node.get("gpus") or []])
+    gpu_owners(containers, guests, sorted(gpus_by_minor(node)[0]))
     for ct in containers:
         if ct["host"] not in requests:
             raise DeployError("%s: no plan request. Run playbooks/deploy.yml: its first play checks the container's settings"
@@ -232,7 +233,8 @@ def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], c
     gpu_mib = setting_int("plan_input.gpu_memory_mib", given.get("gpu_memory_mib", GPU_MEMORY_NOT_READ_MIB), 1024, 4 << 20)
     wanted = sorted({int(g) for ct in containers for g in (ct.get("gpus") or []) if str(g).strip().isdigit()})
     node = {"mem_total_bytes": total, "mem_available_bytes": min(available, total),
-            "gpus": [{"index": g, "memory_total_mib": gpu_mib} for g in wanted],
+            # No node is read offline: the GPUs are the ones asked for, each /dev/nvidiaN taken as given.
+            "gpus": [{"index": g, "minor_number": g, "memory_total_mib": gpu_mib} for g in wanted],
             "device_paths": ["/dev/nvidia%d" % g for g in wanted]}
     result = plan_node(requests, containers, node, [], node_reserve_bytes, "limit", node_name)
     notes = ["Planned offline for node %s from the inventory: %d container(s), against the node's RAM %s%s. The node's "

@@ -136,7 +136,7 @@ _MOUNT_GPU_RE = re.compile(r"(?:^|\s)/dev/nvidia(\d+)(?:\s|$)")
 
 
 def config_gpus(config: Mapping[str, Any]) -> list[int]:
-    """The GPU indexes (``/dev/nvidiaN``) a container's config passes through: ``devN`` entries, and raw
+    """The GPU device minors (N of ``/dev/nvidiaN``, not nvidia-smi indexes) a container's config passes through: ``devN`` entries, and raw
     ``lxc.mount.entry`` lines (the pre-devN way; the API returns raw lines as ``lxc: [[key, value], ...]``).
     The one reading of "which GPUs a container holds", for deploy's node plan and recover's scope."""
     gpus: set[int] = set()

@@ -40,7 +40,8 @@ def parse_pct_status(text: Optional[str]) -> dict[str, Any]:
 
 
 def parse_pct_config_gpus(text: Optional[str]) -> list[int]:
-    """GPU indexes passed to a container, from ``pct config`` text: ``devN: /dev/nvidiaX[,opts]`` (or
+    """GPU device minors (N of /dev/nvidiaN: recover_smi.gpu_numbering turns them into nvidia-smi indexes) passed to
+    a container, from ``pct config`` text: ``devN: /dev/nvidiaX[,opts]`` (or
     ``path=/dev/nvidiaX``) entries and raw ``lxc.mount.entry: /dev/nvidiaX ...`` lines, read by
     pve_gpu_devices.config_gpus (the node plan's reading). Snapshot and [pending] sections are ignored."""
     config: dict[str, Any] = {}

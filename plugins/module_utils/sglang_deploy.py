@@ -105,14 +105,15 @@ def _refuse_plan(header: str, plan: Mapping[str, Any]) -> None:
 # --- stage 2: the node gate -------------------------------------------------------------------------------
 
 def container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
-    """The declared container's VMID, memory limit (MiB) and GPU indexes, checked."""
+    """The declared container's VMID, memory limit (MiB) and GPUs (device minors: N is /dev/nvidiaN), checked."""
     vmid = setting_int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), 100, 999_999_999)
     memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 16, MAX_CONTAINER_MEMORY_MIB,
                              " (MiB: 65536 is 64 GiB; the most is 64 TiB, more than any PVE node has; a larger figure is "
                              "KiB or bytes)")
     wanted = container.get("gpus") or []
     if not isinstance(wanted, (list, tuple)) or not wanted:
-        raise DeployError("CT %d: pve_gpu_container_gpus must list the node GPU indexes to pass through, e.g. [0, 1]" % vmid)
+        raise DeployError("CT %d: pve_gpu_container_gpus must list the node's GPUs to pass through by device number "
+                          "(N for /dev/nvidiaN), e.g. [0, 1]" % vmid)
     wanted = [setting_int("pve_gpu_container_gpus item", g, 0, 1023) for g in wanted]
     if len(set(wanted)) != len(wanted):
         raise DeployError("CT %d: pve_gpu_container_gpus lists a GPU twice: %s" % (vmid, wanted))
@@ -130,18 +131,39 @@ def _ranks_match_gpus(req: Mapping[str, Any], vmid: int, wanted: Sequence[int]) 
     return ranks
 
 
+def gpus_by_minor(node: Mapping[str, Any]) -> Tuple[Dict[int, Any], List[str]]:
+    """The node's GPUs (gpu_host_facts rows) by device minor, /dev/nvidiaN: the ``minor_number`` the driver gives
+    (nvidia-smi -q), never the nvidia-smi index; and the GPUs whose minor is unknown, named."""
+    by_minor: Dict[int, Any] = {}
+    unknown: List[str] = []
+    for g in node.get("gpus") or []:
+        if g.get("minor_number") is None:
+            unknown.append("GPU index %s (%s)" % (g.get("index"), g.get("pci_bus_id") or "bus id unknown"))
+        else:
+            by_minor[int(g["minor_number"])] = g
+    return by_minor, unknown
+
+
 def check_gpus_exist(vmid: int, wanted: Sequence[int], node: Mapping[str, Any]) -> Dict[int, Any]:
-    """The node's GPUs by index; refuses GPUs (or their device nodes) the node does not have."""
-    node_gpus = {int(g["index"]): g for g in node.get("gpus") or []}
+    """The node's GPUs by device minor (pve_gpu_container_gpus N is /dev/nvidiaN); refuses GPUs (or their device
+    nodes) the node does not have, and a GPU whose minor the driver does not give."""
+    node_gpus, unknown = gpus_by_minor(node)
     node_nodes = set(node.get("device_paths") or [])
     missing = [g for g in wanted if g not in node_gpus]
     missing_nodes = ["/dev/nvidia%d" % g for g in wanted if "/dev/nvidia%d" % g not in node_nodes]
+    if missing and unknown:
+        problems = "; ".join(str(p) for p in node.get("gpu_numbering_problems") or []) or "no minor_number read"
+        raise DeployError(
+            "CT %d asks for /dev/nvidia%s, but which GPU that device node is cannot be read from the node's driver "
+            "(nvidia-smi -q gives no Minor Number for %s: %s); the device minor is not taken to be the nvidia-smi "
+            "index. Fix nvidia-smi -q on the node, then deploy again." % (
+                vmid, ",".join(map(str, missing)), ", ".join(unknown), problems))
     if missing or missing_nodes:
         have = ",".join(map(str, sorted(node_gpus))) or "none"
         lacking = "; missing device nodes: " + ", ".join(missing_nodes) if missing_nodes else ""
         raise DeployError(
-            "CT %d asks for GPUs %s but the node has %d GPU(s) (indexes %s)%s. Set pve_gpu_container_gpus to GPUs "
-            "the node has." % (vmid, ",".join(map(str, wanted)), len(node_gpus), have, lacking))
+            "CT %d asks for GPUs %s but the node has %d GPU(s) (/dev/nvidiaN for N in %s)%s. Set pve_gpu_container_gpus "
+            "to GPUs the node has." % (vmid, ",".join(map(str, wanted)), len(node_gpus), have, lacking))
     return node_gpus
 
 
@@ -177,7 +199,7 @@ def node_gate(req: Mapping[str, Any], node: Mapping[str, Any], container: Mappin
                   if committed_elsewhere_bytes else "")
         _refuse_plan("CT %d: refused before any change, the HiCache plan does not fit.%s" % (vmid, shared), plan)
     return {"vmid": vmid, "fits": True, "per_rank_gb": plan["per_rank_gb"], "ranks": ranks, "plan": plan,
-            "memory_limit_bytes": limit, "gpus": [node_gpus[g] for g in wanted], "gpu_indexes": wanted}
+            "memory_limit_bytes": limit, "gpus": [node_gpus[g] for g in wanted], "gpu_minors": wanted}
 
 
 # --- stage 3: the launch in the container -------------------------------------------------------------

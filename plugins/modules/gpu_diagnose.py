@@ -139,7 +139,7 @@ options:
     description:
       - The PVE tag that marks the containers this collection manages (deploy.yml's C(pve_lxc) puts it on them).
         A container whose C(pct config) lacks it is refused, nothing read further, unless its O(declared) entry
-        says C(adopt=true) (the opt-in deploy.yml takes, C(pve_gpu_container_adopt)): a VMID destroyed and made
+        says C(adopt=true) (the opt-in deploy.yml takes, C(pve_gpu_container_adopt)), because a VMID destroyed and made
         again by someone else is not this collection's to stop, kill in or reset.
     type: str
     default: inferops-gpu

@@ -98,7 +98,11 @@ ansible_facts:
       type: dict
       returned: always
 gpus:
-  description: One entry per GPU, in nvidia-smi index order.
+  description:
+    - One entry per GPU, in nvidia-smi index order.
+    - C(minor_number) is the GPU's device minor (C(/dev/nvidia<minor_number>), what PVE's devN entries pass), read
+      from C(nvidia-smi -q)'s "Minor Number" under the GPU's PCI bus id; null when the driver does not give it
+      (RV(gpu_numbering_problems) says why). It is usually, not always, the index.
   returned: always
   type: list
   elements: dict
@@ -111,6 +115,12 @@ gpus:
       pci_bus_id: "00000000:18:00.0"
       driver_version: 550.54.15
       persistence_mode: Enabled
+      minor_number: 0
+gpu_numbering_problems:
+  description: Why a GPU's C(minor_number) is null (C(nvidia-smi -q) failed, no Minor Number, one given twice); empty when every GPU is numbered.
+  returned: always
+  type: list
+  elements: str
 gpu_count:
   description: Number of GPUs nvidia-smi reported.
   returned: always
@@ -209,7 +219,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts, recover_pve
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts, recover_pve, recover_smi
 
 
 def _run_nvidia_smi(module, args):
@@ -226,6 +236,7 @@ def gather(module, root="/"):
         "gpus": [],
         "compute_apps": [],
         "nvidia_smi_error": None,
+        "gpu_numbering_problems": [],
     }
 
     smi = params["nvidia_smi_path"]
@@ -244,6 +255,13 @@ def gather(module, root="/"):
                 result["gpus"] = gpu_facts.parse_gpu_csv(out)
             except gpu_facts.ParseError as exc:
                 result["nvidia_smi_error"] = f"unexpected nvidia-smi --query-gpu output: {exc}"
+        if result["gpus"]:
+            # The device minor of each GPU (/dev/nvidiaN) through its PCI bus id: never taken to be the index.
+            out, error = _run_nvidia_smi(module, recover_smi.minor_query_args(smi))
+            numbering = recover_smi.gpu_numbering(result["gpus"], recover_smi.parse_q_minors(out) if not error else {})
+            for gpu in result["gpus"]:
+                gpu["minor_number"] = numbering["minor_of_index"].get(gpu["index"])
+            result["gpu_numbering_problems"] = [error] if error else numbering["problems"]
         if result["nvidia_smi_error"] is None and params["gather_compute_apps"]:
             out, error = _run_nvidia_smi(module, gpu_facts.compute_apps_query_args(smi))
             if error:

@@ -92,7 +92,10 @@ options:
     type: int
     default: 30
   gpus:
-    description: GPU indexes to reset (O(action=reset_gpus)); normally the container's GPUs.
+    description:
+      - nvidia-smi indexes of the GPUs to reset (O(action=reset_gpus)), the container's GPUs as gpu_diagnose numbers
+        them. The reset reads the driver's numbering again (C(nvidia-smi -q), Minor Number) and refuses unless the
+        container's C(devN) still are these GPUs.
     type: list
     elements: int
   command_timeout:

@@ -11,7 +11,7 @@ GIB = 1 << 30
 # The incident's node: 8 x H100 NVL (97887 MiB), 449 GiB RAM.
 NODE = {
     "mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB,
-    "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)],
+    "gpus": [{"index": i, "minor_number": i, "memory_total_mib": 97887} for i in range(8)],
     "device_paths": ["/dev/nvidia%d" % i for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"],
 }
 SETTINGS = {

@@ -21,7 +21,7 @@ SETTINGS = {
 }
 NODE = {
     "mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB,
-    "gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)],
+    "gpus": [{"index": i, "minor_number": i, "memory_total_mib": 97887} for i in range(8)],
     "device_paths": ["/dev/nvidia%d" % i for i in range(8)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"],
 }
 CONTAINER = {"vmid": 129, "memory_mib": 420 * 1024, "gpus": list(range(8)), "existing_mem_bytes": 0}
@@ -213,6 +213,28 @@ def test_gate_refuses_gpus_the_node_lacks_and_a_layout_that_does_not_use_them():
         d.node_gate(req(), NODE, dict(CONTAINER, gpus=[8]), 4 * GIB)
     with pytest.raises(d.DeployError, match="8 scheduler rank"):
         d.node_gate(req(), NODE, dict(CONTAINER, gpus=[0, 1, 2, 3]), 4 * GIB)
+
+
+def test_the_gate_finds_each_gpu_by_its_device_minor_not_by_the_index():
+    # /dev/nvidia5 is GPU index 6 and /dev/nvidia6 index 5 on this node (nvidia-smi -q, Minor Number): the rows the
+    # gate plans with are the GPUs the devN entries will pass.
+    rows = [dict(g, minor_number={5: 6, 6: 5}.get(g["index"], g["index"]), pci_bus_id="bus%d" % g["index"])
+            for g in NODE["gpus"]]
+    node = dict(NODE, gpus=rows)
+    by_minor = d.check_gpus_exist(129, [5, 6], node)
+    assert (by_minor[5]["index"], by_minor[6]["index"]) == (6, 5)
+    gate = d.node_gate(req(), node, CONTAINER, 4 * GIB)
+    assert gate["gpu_minors"] == list(range(8))
+    assert [g["index"] for g in gate["gpus"]] == [0, 1, 2, 3, 4, 6, 5, 7]
+
+
+def test_a_gpu_whose_minor_the_driver_does_not_give_is_refused():
+    rows = [dict(g, minor_number=None if g["index"] == 7 else g["index"]) for g in NODE["gpus"]]
+    node = dict(NODE, gpus=rows, gpu_numbering_problems=["nvidia-smi -q exited with 15: GPU is lost"])
+    assert sorted(d.check_gpus_exist(129, [0, 1], node)) == list(range(7))
+    with pytest.raises(d.DeployError, match=r"asks for /dev/nvidia7, but which GPU that device node is cannot be read .*"
+                                            r"GPU index 7 .*GPU is lost.*not taken to be the nvidia-smi index"):
+        d.check_gpus_exist(129, [7], node)
 
 
 def test_gate_refuses_a_limit_above_the_nodes_ram():
@@ -521,7 +543,7 @@ def test_calculate_inventory_host_against_its_declared_limit():
     assert out["notes"][0].startswith("Planned offline for ct129 (CT 129, tp 2 x pp 1 over 1 node(s), 2 GPU(s): 0,1)")
     # The same plan as the node's gate on a node with more MemAvailable than the limit.
     node = {"mem_total_bytes": 64 * GIB, "mem_available_bytes": 60 * GIB,
-            "gpus": [{"index": i, "memory_total_mib": 81559} for i in range(2)],
+            "gpus": [{"index": i, "minor_number": i, "memory_total_mib": 81559} for i in range(2)],
             "device_paths": ["/dev/nvidia0", "/dev/nvidia1"]}
     gate = d.node_gate(lab_request(), node, LAB_SPEC, 4 * GIB)
     assert gate["per_rank_gb"] == out["plan"]["per_rank_gb"]

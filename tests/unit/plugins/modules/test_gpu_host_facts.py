@@ -26,6 +26,8 @@ def run(monkeypatch, capsys, args, smi_path="/usr/bin/nvidia-smi", smi_rc=0, pct
             return smi_rc, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
         if args[1].startswith("--query-gpu"):
             return 0, GPU_CSV, ""
+        if args[1:] == ["-q"]:
+            return 0, "\nAttached GPUs : 1\nGPU 00000000:18:00.0\n    Minor Number                          : 3\n", ""
         return 0, APPS_CSV, ""
 
     monkeypatch.setattr(AnsibleModule, "get_bin_path", get_bin_path)
@@ -42,6 +44,7 @@ def test_reports_gpus_and_memory(monkeypatch, capsys):
     facts = res["ansible_facts"]["gpu_host"]
     assert facts["gpu_count"] == 1
     assert facts["gpus"][0]["memory_total_mib"] == 81559
+    assert facts["gpus"][0]["minor_number"] == 3 and facts["gpu_numbering_problems"] == []  # /dev/nvidia3 is GPU 0
     assert facts["compute_apps"][0]["pid"] == 4242
     assert facts["nvidia_smi_error"] is None
     assert facts["memory"]["mem_total_bytes"] > 0
