@@ -16,7 +16,19 @@ description:
   - With pipelining a module is sent on the standard input of one C(pct exec) instead of a temporary directory,
     a file copy, a chmod, the run and a clean-up (six C(pct exec) sessions for each task become one).
   - Pipelined input is sent without a PTY (as the ssh connection plugin does), so that the module arrives intact.
+  - The node's SSH host key is checked against the keys the inventory pins (O(pinned_host_keys)), before
+    authenticating, whatever C(ANSIBLE_HOST_KEY_CHECKING) or O(host_key_checking) say; known_hosts files are neither
+    read nor written. With no pinned key the connection is refused before it is opened.
 options:
+  pinned_host_keys:
+    description:
+      - The node's public SSH host keys, lines of its C(/etc/ssh/ssh_host_*_key.pub) (C(TYPE BASE64 [comment])), as a
+        list or one string of lines. Only a server that proves one of them is the node. Read them at the node's console
+        (C(cat /etc/ssh/ssh_host_ed25519_key.pub)); C(ssh-keyscan) output is whatever answered on the network.
+      - Only from the inventory (no environment variable or ansible.cfg entry can replace or disable it).
+    type: raw
+    vars:
+      - name: proxmox_node_ssh_host_keys
   pipelining:
     description:
       - Send modules on the standard input of one C(pct exec). V(false) gives the behaviour of
@@ -257,6 +269,8 @@ options:
       - name: proxmox_become_method
 notes:
   - The container needs a shell and C(cat), as for community.proxmox.proxmox_pct_remote.
+  - O(host_key_checking), O(host_key_auto_add) and O(record_host_keys) are accepted for compatibility and have no
+    effect; the pinned keys decide.
   - Inside the container, C(python3) reads the module from its standard input.
 """
 
@@ -267,11 +281,44 @@ EXAMPLES = r"""
 #   ansible_host: pve1.example.org
 #   ansible_user: root
 #   proxmox_vmid: 129
+#   proxmox_node_ssh_host_keys:   # cat /etc/ssh/ssh_host_ed25519_key.pub, read at pve1's console
+#     - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... root@pve1
 """
+
+import os  # noqa: E402
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError  # noqa: E402
 
 from ansible_collections.community.proxmox.plugins.connection.proxmox_pct_remote import (  # noqa: E402
     Connection as _PctRemoteConnection,
 )
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import ssh_host_keys  # noqa: E402
+
+try:
+    import paramiko
+except ImportError:  # reported by the parent's _connect
+    paramiko = None
+
+
+class _HostKeyRefused(Exception):
+    """The server proved a key the inventory does not pin."""
+
+
+if paramiko is not None:
+    class _PinnedKeyPolicy(paramiko.MissingHostKeyPolicy):
+        """The client holds no known host key, so paramiko asks this policy about every server key; it accepts only a
+        pinned one and adds nothing anywhere."""
+
+        def __init__(self, keys, where, address):
+            self._keys = keys
+            self._where = where
+            self._address = address
+
+        def missing_host_key(self, client, hostname, key):
+            try:
+                ssh_host_keys.check_server_key(self._keys, key.get_name(), key.asbytes(), self._where, self._address)
+            except ssh_host_keys.HostKeyError as exc:
+                raise _HostKeyRefused(str(exc)) from None
 
 
 class Connection(_PctRemoteConnection):
@@ -279,6 +326,49 @@ class Connection(_PctRemoteConnection):
 
     transport = "inferops.gpu_inference.pct_remote"
     has_pipelining = True
+
+    def _connect(self):
+        """The parent's connect, with the node's host key checked against the pinned keys only (no known_hosts file,
+        whatever host_key_checking says) and refused before authenticating."""
+        if self._connected:
+            return self
+        if paramiko is None:
+            return super()._connect()  # raises: paramiko is not installed
+        address = "%s:%s" % (self.get_option("remote_addr"), self.get_option("port"))
+        where = "CT %s (through the node at %s)" % (self.get_option("vmid"), address)
+        try:
+            keys = ssh_host_keys.parse(self.get_option("pinned_host_keys"), where)
+        except ssh_host_keys.HostKeyError as exc:
+            raise AnsibleConnectionFailure(str(exc)) from None
+        port = self.get_option("port")
+        ssh = paramiko.SSHClient()
+        if self._log_channel is not None:
+            ssh.set_log_channel(self._log_channel)
+        # Only the pinned keys' algorithms may be negotiated (so a node that also has another key type proves the
+        # pinned one), less what use_rsa_sha2_algorithms=false disables.
+        disabled = self._build_paramiko_disabled_algorithms()
+        allowed = ssh_host_keys.allowed_algorithms(keys)
+        preferred = list(getattr(paramiko.Transport, "_preferred_keys", ()))
+        disabled["keys"] = tuple(sorted(set(disabled.get("keys", ())) | {a for a in preferred if a not in allowed}))
+        # No known_hosts file: the parent's close() then has no key to record.
+        self.keyfile = os.path.expanduser("~/.ssh/known_hosts")
+        ssh.set_missing_host_key_policy(_PinnedKeyPolicy(keys, where, address))
+        try:
+            self._paramiko_connect_ssh(ssh, port, disabled, self._parse_proxy_command(port))
+        except _HostKeyRefused as exc:
+            ssh.close()
+            raise AnsibleConnectionFailure(str(exc)) from None
+        self.ssh = ssh
+        self._connected = True
+        return self
+
+    def _raise_paramiko_connect_exception(self, e, port):
+        # The parent calls this for every connect error but does not define it (community.proxmox 2.0.0).
+        if isinstance(e, _HostKeyRefused):
+            raise e
+        if isinstance(e, AnsibleError):
+            raise e
+        raise AnsibleConnectionFailure("paramiko could not connect to %s:%s: %s" % (self.get_option("remote_addr"), port, e)) from e
 
     def exec_command(self, cmd, in_data=None, sudoable=True):
         # A PTY would echo the pipelined module back and never pass on the end of its input: input goes without one.
