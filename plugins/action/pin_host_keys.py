@@ -64,6 +64,9 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         where = str(task_vars.get("inventory_hostname") or "the node")
         try:
+            if ssh_host_keys.node_connection(self._task.args.get("connection"), where) == "local":
+                result.update(ssh_args="", known_hosts="", keys=[], msg="the node is this controller (local): no host key")
+                return result
             keys = ssh_host_keys.parse(self._task.args.get("host_keys"), where)
             base = _private_dir(os.path.expanduser(_STATE_DIR))
             path = os.path.join(base, ssh_host_keys.known_hosts_name(keys))

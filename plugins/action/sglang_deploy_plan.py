@@ -20,9 +20,10 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
     sglang_deploy,
     sglang_extra_vars,
     sglang_request,
+    supply_chain,
 )
 
-_STAGES = ("request", "node", "launch", "verify", "calculate")
+_STAGES = ("request", "node", "launch", "verify", "calculate", "installer")
 
 
 class ActionModule(ActionBase):
@@ -72,6 +73,12 @@ class ActionModule(ActionBase):
                 result["launch"] = launch
                 result["launch_record"] = sglang_deploy.launch_record(launch, args["request"]["version"])
                 result["install"] = sglang_deploy.install_steps(args["request"]["version"], args.get("installed"))
+                result["supply"] = supply_chain.plan(args.get("supply") or {}, args["request"]["version"],
+                                                     str(args["node_state"].get("driver_version") or ""),
+                                                     str(args["container"].get("driver_version") or ""),
+                                                     list((args.get("installed") or {}).get("pip_extra_packages") or []))
+            elif stage == "installer":
+                supply_chain.check_installer(str(args["expected_sha256"]), args.get("sha256"), str(args["path"]))
             elif stage == "calculate" and args.get("containers") is not None:
                 result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
                                                                  args["containers"], str(args.get("node_name") or ""),
@@ -83,6 +90,9 @@ class ActionModule(ActionBase):
             else:
                 result["verify"] = sglang_deploy.verify(args["launch"], args.get("running"), args["measure"],
                                                         int(args.get("node_rank", 0)), float(args.get("tolerance", 0.10)))
+        except supply_chain.SupplyError as exc:
+            result["failed"] = True
+            result["msg"] = str(exc)
         except sglang_request.DeployError as exc:
             result["failed"] = True
             result["msg"] = str(exc) + ("\n" + blank_note if blank_note else "")

@@ -147,6 +147,24 @@ def parse(value: Any, where: str) -> List[PinnedKey]:
     return keys
 
 
+SSH_CONNECTIONS = ("ssh", "ansible.builtin.ssh")
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
+
+
+def node_connection(connection: Any, where: str) -> str:
+    """'ssh' or 'local' for the node's connection plugin: ssh is pinned here; local (the controller is the node) has no
+    host key to check. Any other plugin (paramiko_ssh auto-adds keys when ANSIBLE_HOST_KEY_CHECKING is False) is
+    refused: its host key would not be checked against the pin."""
+    name = str(connection or "ssh")
+    if name in SSH_CONNECTIONS:
+        return "ssh"
+    if name in LOCAL_CONNECTIONS:
+        return "local"
+    raise HostKeyError("%s: ansible_connection=%s: the node is reached with ansible.builtin.ssh, whose host key the "
+                       "collection checks against %s; another connection plugin would not check it. Use "
+                       "ansible_connection: ssh." % (where, name, VARIABLE))
+
+
 def known_hosts_text(keys: Sequence[PinnedKey]) -> str:
     """The controller's known_hosts file for one node: the pinned keys, each under :data:`ALIAS`."""
     return "".join("%s %s %s\n" % (ALIAS, k.key_type, k.base64) for k in keys)

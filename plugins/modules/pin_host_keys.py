@@ -26,6 +26,12 @@ options:
         or one string of lines. The playbooks pass C(proxmox_node_ssh_host_keys).
     type: raw
     required: true
+  connection:
+    description:
+      - The node's connection plugin (the playbooks pass C(ansible_connection)). C(ssh) is pinned; C(local) (the
+        controller is the node) needs no key; any other plugin is refused, since it would not check the pin.
+    type: str
+    default: ssh
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -40,6 +46,7 @@ EXAMPLES = r"""
 - name: Pin the node's SSH host keys
   inferops.gpu_inference.pin_host_keys:
     host_keys: "{{ proxmox_node_ssh_host_keys | default(none) }}"
+    connection: "{{ ansible_connection | default('ssh') }}"
   register: __node_host_keys
 """
 

@@ -27,10 +27,11 @@ options:
       node planned together, module_utils C(node_plan.py)); C(launch) plans the
       value actually launched; C(verify) compares the running server with the launch; C(calculate) is the calculator of
       C(playbooks/plan.yml) (a plan from O(plan_input), or the offline plan of an inventory host from its O(request) and
-      O(container)), which touches no host.
+      O(container)), which touches no host; C(installer) refuses an NVIDIA installer whose sha256 is not the one the
+      inventory gives (module_utils C(supply_chain.py)).
     type: str
     required: true
-    choices: [request, node, launch, verify, calculate]
+    choices: [request, node, launch, verify, calculate, installer]
   settings:
     description: (request) The role's settings, see the role's argument specs.
     type: dict
@@ -110,6 +111,21 @@ options:
   tolerance:
     description: (verify) The fraction measured memory may differ from the plan.
     type: float
+  supply:
+    description:
+      - (launch) Where the container's software comes from (C(installer_sha256), C(pip_index_url), C(pip_find_links),
+        C(pip_allow_http), C(pip_hashes)): a plain-HTTP pip source not allowed by name, or an NVIDIA installer to run
+        without a sha256 from the inventory, is refused; RV(supply) says what install.yml does.
+    type: dict
+  expected_sha256:
+    description: (installer) The sha256 the launch stage returned for the installer.
+    type: str
+  sha256:
+    description: (installer) The installer's sha256 as read in the container.
+    type: str
+  path:
+    description: (installer) The installer's path in the container.
+    type: str
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -152,6 +168,12 @@ install:
     (launch) Which install steps must run, each a bool; C(remake_venv) (the virtualenv has no pip), C(pip) (sglang
     is not the wanted version, pip is missing, or extra packages are asked) and C(user) (the service user is not as
     wanted).
+  type: dict
+  returned: stage is launch
+supply:
+  description: >-
+    (launch) C(installer) (C(needed), C(file), C(sha256): the checksum the installer must have before it runs) and
+    C(pip) (C(requirements): the --require-hashes requirements file from sglang_server_pip_hashes, empty without).
   type: dict
   returned: stage is launch
 verify:

@@ -109,3 +109,12 @@ def test_ssh_options_win_over_what_ansible_adds_after_them(tmp_path):
     assert "globalknownhostsfile /dev/null" in out
     assert "hostkeyalias %s" % hk.ALIAS in out
     assert any(line.startswith("controlpath %s/" % str(tmp_path).lower()) for line in out)
+
+
+def test_node_connection_is_ssh_or_local():
+    assert hk.node_connection(None, "pve1") == "ssh"
+    assert hk.node_connection("ansible.builtin.ssh", "pve1") == "ssh"
+    assert hk.node_connection("local", "pve1") == "local"
+    for other in ("paramiko_ssh", "ansible.builtin.paramiko_ssh", "community.general.chroot"):
+        with pytest.raises(hk.HostKeyError, match="would not check it"):
+            hk.node_connection(other, "pve1")
