@@ -16,7 +16,8 @@ A new Xid on one of the container's GPUs (matched by PCI address), or on a GPU t
 - otherwise a reason the run is Not clean, which no rung of this container's ladder is known to fix: the operator
   reads the Xid in NVIDIA's catalogue.
 A new Xid on a GPU of another container is a note. ``parse_kernel_log`` keeps the lines shown as evidence (Xid,
-OOM, hung task) and counts the container's OOM kills.
+OOM, hung task) and counts the container's OOM kills, each attributed by the memory cgroup the kernel's
+``oom-kill:`` record gives for the killed task (``parse_oom_kill``), never by a name in the line.
 
 No Ansible imports: unit-tested in tests/unit/plugins/module_utils/test_recover_kernel.py.
 """
@@ -163,21 +164,82 @@ def judge(records: Sequence[Mapping[str, Any]], since_seq: Optional[int],
             "lines": [r["message"] for r in records][-_RECORD_LIMIT:]}
 
 
+# The kernel's one-line summary of an OOM kill (mm/oom_kill.c, dump_oom_victim, earlier dump_oom_summary; the
+# cgroup part from mm/memcontrol.c, mem_cgroup_print_oom_context; cpuset_print_current_mems_allowed):
+#   oom-kill:constraint=<C>,nodemask=<list|(null)>,cpuset=<path>,mems_allowed=<list>[,oom_memcg=<path>|,global_oom]
+#   ,task_memcg=<path>,task=<comm>,pid=<n>,uid=<n>
+# The paths are full cgroup paths from the hierarchy's root (pr_cont_cgroup_path); <comm> is the victim's own name,
+# which any process sets (prctl PR_SET_NAME), and a tenant names the cgroups it creates below its own. Neither the
+# comm nor a path is identity: a record is attributed by where its task_memcg path starts, and only when the line
+# cannot be read another way.
+_OOM_KILL_HEAD_RE = re.compile(r"^(?:\[[^\]]*\]\s*)*oom-kill:(?=constraint=)")
+_OOM_KILL_TAIL_RE = re.compile(r",task=.*,pid=\d+,uid=\d+\s*")
+_OOM_KILL_IDS_RE = re.compile(r",pid=(\d+),uid=(\d+)\s*$")
+_TASK_MEMCG = ",task_memcg="
+_TASK = ",task="
+# The container's memory cgroup, from the root of the hierarchy: /lxc/<vmid> (PVE's lxc.cgroup.dir.container, the
+# v1 hierarchies of a hybrid node and cgroup v2 alike; the container's own cgroups are below /lxc/<vmid>/ns), or
+# plain LXC's /lxc.payload.<vmid> (/lxc.payload/<vmid> in some 4.x releases). /lxc.monitor/<vmid> is LXC's monitor
+# process, not the container.
+_CT_MEMCG_RE = re.compile(r"^/(?:lxc/|lxc\.payload[./])(\d+)(?:/|$)")
+
+
+def parse_oom_kill(message: str) -> Optional[dict[str, Any]]:
+    """The fields of the kernel's ``oom-kill:`` record, or None for any other line.
+
+    Returns {"constraint", "task_memcg" (None when the line reads more than one way), "task_memcg_readings" (every
+    way it reads), "task", "pid", "uid", "vmid" (the container whose memory cgroup ``task_memcg`` is, else None)}.
+    A comm or a cgroup name may itself contain ``,task_memcg=`` or ``,task=``: every split of the line that fits the
+    kernel's format is a reading, and the real one is always among them, so a record whose readings disagree is
+    attributed to no container (the container's memory cgroup counter still counts the kill: recover_pve)."""
+    head = _OOM_KILL_HEAD_RE.match(message or "")
+    if head is None:
+        return None
+    body = message[head.end():].rstrip()
+    starts = [m.end() for m in re.finditer(re.escape(_TASK_MEMCG), body)]
+    ends = [m.start() for m in re.finditer(re.escape(_TASK), body)
+            if _OOM_KILL_TAIL_RE.fullmatch(body, m.start()) is not None]
+    readings = sorted({body[s:e] for s in starts for e in ends if e >= s})
+    constraint = body.split(",", 1)[0].partition("=")[2]
+    out: dict[str, Any] = {"constraint": constraint, "task_memcg": None, "task_memcg_readings": readings,
+                           "task": None, "pid": None, "uid": None, "vmid": None}
+    ids = _OOM_KILL_IDS_RE.search(body)
+    if ids:
+        out.update(pid=int(ids.group(1)), uid=int(ids.group(2)))
+    if len(ends) == 1:
+        out["task"] = body[ends[0] + len(_TASK):ids.start() if ids else len(body)]
+    vmids = set()
+    for path in readings:
+        m = _CT_MEMCG_RE.match(path)
+        vmids.add(int(m.group(1)) if m else None)
+    if len(readings) == 1:
+        out["task_memcg"] = readings[0]
+    if len(vmids) == 1:
+        out["vmid"] = vmids.pop()
+    return out
+
+
 def _container_oom_kill(vmid: int):
-    """A test of a kernel log line: an OOM kill whose cgroup is the container's (or one below it)."""
-    ct_re = re.compile(r"(?:/lxc/%d(?:/|\b)|lxc\.payload\.%d\b)" % (vmid, vmid))
-    return lambda line: "oom-kill" in line.lower() and ct_re.search(line) is not None
+    """A test of a kernel log line: the kernel's ``oom-kill:`` record of a task whose memory cgroup is the
+    container's (or one below it), by the record's task_memcg field only (parse_oom_kill)."""
+    def is_kill(line: str) -> bool:
+        rec = parse_oom_kill(line)
+        return rec is not None and rec["vmid"] == vmid
+    return is_kill
 
 
 def parse_kernel_log(text: Optional[str], vmid: Optional[int] = None, limit: int = 50) -> dict[str, Any]:
-    """Kernel log lines that matter here: Xid, OOM, hung tasks (last ``limit`` kept), and the container's OOM
-    kills. Evidence only: the Xids are judged by ``judge``."""
+    """Kernel log lines that matter here: Xid, OOM, hung tasks (last ``limit`` kept), the container's OOM kills (its
+    ``oom-kill:`` records by their task_memcg field: parse_oom_kill) and the records that read more than one way
+    (attributed to no container). Evidence only: the Xids are judged by ``judge``."""
     lines = [ln.rstrip() for ln in (text or "").splitlines() if KERNEL_LOG_RE.search(ln)]
     oom_ct = 0
     if vmid is not None:
         is_kill = _container_oom_kill(vmid)
         oom_ct = sum(1 for ln in lines if is_kill(ln))
-    return {"lines": lines[-limit:], "oom_kills_in_container": oom_ct}
+    kills = [k for k in (parse_oom_kill(ln) for ln in lines) if k is not None]
+    return {"lines": lines[-limit:], "oom_kills_in_container": oom_ct,
+            "oom_kills_ambiguous": sum(1 for k in kills if len(k["task_memcg_readings"]) != 1)}
 
 
 def last_oom_kill_seq(records: Iterable[Mapping[str, Any]], vmid: int) -> Optional[int]:

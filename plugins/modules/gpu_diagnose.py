@@ -264,7 +264,9 @@ evidence:
     - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
       ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log (its lines,
       oom_kills_in_container and oom_kill_last_seq, the /dev/kmsg sequence number of the container's newest OOM kill
-      record), shm_leftovers, nvlink_peers, recovery_actions (the driver's gpu_recovery_action per GPU), samples.
+      record, each kill attributed by the task_memcg field of the kernel's C(oom-kill:) record only, never by the
+      task's name; oom_kills_ambiguous, records that read more than one way and are attributed to no container),
+      shm_leftovers, nvlink_peers, recovery_actions (the driver's gpu_recovery_action per GPU), samples.
   returned: always
   type: dict
 """

@@ -90,7 +90,7 @@ def test_read_kmsg_reads_the_real_ring_buffer_when_allowed():
 def test_parse_kernel_log():
     text = """\
 [Sun Nov 29 17:08:50 2026] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0
-[Sun Nov 29 17:08:50 2026] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns/system.slice/sglang.service,task=sglang::schedul
+[Sun Nov 29 17:08:50 2026] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns/system.slice/sglang.service,task=sglang::schedul,pid=4242,uid=100000
 [Sun Nov 29 17:09:00 2026] NVRM: Xid (PCI:0000:18:00): 79, pid=123, GPU has fallen off the bus.
 [Sun Nov 29 17:10:00 2026] eth0: link up
 """
@@ -102,12 +102,85 @@ def test_parse_kernel_log():
 
 def test_the_newest_oom_kill_record_of_the_container():
     records = [
-        {"seq": 10, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns,task=python3"},
+        {"seq": 10, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns,task=python3,pid=7,uid=0"},
         {"seq": 11, "message": "NVRM: Xid (PCI:0000:18:00): 13, pid=1"},
-        {"seq": 14, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/1290,task_memcg=/lxc/1290/ns,task=x"},
+        {"seq": 14, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/1290,task_memcg=/lxc/1290/ns,task=x,pid=8,uid=0"},
         {"seq": 15, "message": "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129/ns/inferops-oom,"
                                "task_memcg=/lxc/129/ns/inferops-oom,task=python3,pid=22144,uid=100000"},
     ]
     assert rk.last_oom_kill_seq(records, 129) == 15
     assert rk.last_oom_kill_seq(records, 1290) == 14
     assert rk.last_oom_kill_seq(records[:2], 132) is None
+
+
+# The kernel's record as mm/oom_kill.c prints it (dump_oom_victim: constraint, nodemask, cpuset, mems_allowed, then
+# mem_cgroup_print_oom_context's oom_memcg/global_oom and task_memcg, then task, pid, uid).
+def oom_record(task_memcg, task="python3", oom_memcg=None, cpuset="/", pid=22144, uid=100000):
+    ctx = ",oom_memcg=%s" % oom_memcg if oom_memcg else ",global_oom"
+    return ("oom-kill:constraint=%s,nodemask=(null),cpuset=%s,mems_allowed=0%s,task_memcg=%s,task=%s,pid=%d,uid=%d"
+            % ("CONSTRAINT_MEMCG" if oom_memcg else "CONSTRAINT_NONE", cpuset, ctx, task_memcg, task, pid, uid))
+
+
+def test_parse_oom_kill_reads_the_kernel_record():
+    rec = rk.parse_oom_kill(oom_record("/lxc/129/ns/system.slice/sglang.service", "sglang::schedul",
+                                       oom_memcg="/lxc/129", cpuset="/lxc/129/ns"))
+    assert rec == {"constraint": "CONSTRAINT_MEMCG", "task_memcg": "/lxc/129/ns/system.slice/sglang.service",
+                   "task_memcg_readings": ["/lxc/129/ns/system.slice/sglang.service"], "task": "sglang::schedul",
+                   "pid": 22144, "uid": 100000, "vmid": 129}
+    # dmesg's timestamp (and PRINTK_CALLER's) in front of the record
+    assert rk.parse_oom_kill("[  12.5][ T811] " + oom_record("/lxc/132"))["vmid"] == 132
+    assert rk.parse_oom_kill(oom_record("/lxc.payload.140/x"))["vmid"] == 140       # plain LXC's naming
+    assert rk.parse_oom_kill(oom_record("/lxc.payload/141"))["vmid"] == 141
+    assert rk.parse_oom_kill(oom_record("/user.slice/user-1000.slice"))["vmid"] is None
+    assert rk.parse_oom_kill("python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0") is None
+    assert rk.parse_oom_kill("Memory cgroup out of memory: Killed process 5 (lxc.payload.129)") is None
+
+
+HOSTILE_NOT_129 = [
+    # A process of CT 130 named after CT 129's cgroup (prctl PR_SET_NAME): the comm is no identity.
+    oom_record("/lxc/130/ns/inferops-oom", "lxc.payload.129", oom_memcg="/lxc/130/ns/inferops-oom"),
+    oom_record("/lxc/130/ns", "/lxc/129/", oom_memcg="/lxc/130"),
+    oom_record("/lxc/130/ns", "lxc/129", oom_memcg="/lxc/130"),
+    # Paths that contain 129 elsewhere than where the container's cgroup starts.
+    oom_record("/lxc/1290/ns", oom_memcg="/lxc/1290"),
+    oom_record("/lxc/130/ns/lxc/129", oom_memcg="/lxc/130"),
+    oom_record("/user.slice/user-1000.slice/user@1000.service/lxc/129/x"),
+    oom_record("/lxc.monitor/129"),                     # LXC's monitor of CT 129, not the container
+    oom_record("/system.slice/pve-container@129.service"),
+    oom_record("/lxc/130/ns", oom_memcg="/lxc/130", cpuset="/lxc/129/ns"),
+    # A comm or a cgroup name that forges the record's own separators: the line reads two ways, neither is taken.
+    oom_record("/lxc/130/ns/x,task_memcg=/lxc/129/ns", oom_memcg="/lxc/130"),
+    oom_record("/lxc/130/ns", ",task_memcg=/lxc/129", oom_memcg="/lxc/130"),
+    oom_record("/lxc/130/ns/a,task=b,task_memcg=/lxc/129", "c,task=d", oom_memcg="/lxc/130"),
+    oom_record("/lxc/130/ns", oom_memcg="/lxc/130", cpuset="/x,task_memcg=/lxc/129/ns,task=y"),
+    # Text around a record, or a record inside another line, is not the record.
+    "python3 invoked oom-killer: " + oom_record("/lxc/129/ns"),
+    "lxc.payload.129 oom-kill " + oom_record("/lxc/130/ns", oom_memcg="/lxc/130"),
+]
+
+
+def test_oom_kills_are_attributed_by_task_memcg_only():
+    for line in HOSTILE_NOT_129:
+        rec = rk.parse_oom_kill(line)
+        assert rec is None or rec["vmid"] != 129, line
+        assert rk.parse_kernel_log(line, 129)["oom_kills_in_container"] == 0, line
+        assert rk.last_oom_kill_seq([{"seq": 7, "message": line}], 129) is None, line
+    # The forged separators make the line read two ways: it is kept as evidence, counted as ambiguous.
+    forged = rk.parse_kernel_log(HOSTILE_NOT_129[9], 130)
+    assert forged["oom_kills_in_container"] == 0 and forged["oom_kills_ambiguous"] == 1
+    assert len(forged["lines"]) == 1
+    # The attacker's own kill stays its own when its name alone is hostile.
+    assert rk.parse_kernel_log(HOSTILE_NOT_129[0], 130)["oom_kills_in_container"] == 1
+    assert rk.last_oom_kill_seq([{"seq": 9, "message": HOSTILE_NOT_129[0]}], 130) == 9
+
+
+def test_a_kill_in_the_container_is_found_whatever_its_name():
+    for line in [oom_record("/lxc/129", "x"), oom_record("/lxc/129/ns/inferops-oom", "lxc.payload.130"),
+                 oom_record("/lxc/129/ns/a,b", "c", cpuset="/"), oom_record("/lxc/129/ns", "lxc.monitor/130"),
+                 oom_record("/lxc/129/ns", "a,pid=1,uid=0", oom_memcg="/lxc/129"),
+                 oom_record("/lxc/129/ns/,task_memcg=/lxc/129/ns", oom_memcg="/lxc/129")]:
+        assert rk.parse_oom_kill(line)["vmid"] == 129, line
+        assert rk.parse_kernel_log(line, 129)["oom_kills_in_container"] == 1, line
+        assert rk.parse_kernel_log(line, 130)["oom_kills_in_container"] == 0, line
+    rec = rk.parse_oom_kill(oom_record("/lxc/129/ns", "a,pid=1,uid=0", pid=77, uid=100033))
+    assert (rec["pid"], rec["uid"], rec["task"]) == (77, 100033, "a,pid=1,uid=0")
