@@ -4,7 +4,10 @@
 """Unattended recovery's decisions (Event-Driven Ansible), in one place: which containers are watched (the
 inventory's, nothing else), which diagnosis of one container is a fault that needs the ladder (``faults``), and when a
 fault becomes an event (``Policy``: debounce, one event per container until it is seen fixed or the cool-down ends,
-a budget of recoveries per container per window, then one alert and no more events for that container).
+a budget of recoveries per container per window, then one alert and no more events for that container), and when a
+node the source cannot read becomes an event (``Policy.observe_node``: after ``unreachable_polls`` polls in a row in
+which no container of the node was read, one ``node_unreachable`` event, and one ``node_reachable`` when a read of it
+succeeds again).
 
 The diagnosis is gpu_diagnose's result (verdict, reasons, findings, evidence decided by recover_gate.judge); this file
 adds no second gate: it only says which of the gate's findings mean "a person would run recover.yml now" and which are
@@ -30,6 +33,16 @@ KIND_SERVICE_FAILED = "service_failed"
 
 ACTION_RECOVER = "recover"
 ACTION_ALERT = "alert_budget_exhausted"
+ACTION_NODE_UNREACHABLE = "node_unreachable"
+ACTION_NODE_REACHABLE = "node_reachable"
+
+# How one read of a container went (the event source decides it from ansible's result): a diagnosis; the node did not
+# answer (ssh unreachable, or the read ran past its bound and was killed); the module ran and failed.
+READ_OK = "ok"
+READ_UNREACHABLE = "unreachable"
+READ_TIMED_OUT = "timed_out"
+READ_FAILED = "failed"
+READ_OUTCOMES = (READ_OK, READ_UNREACHABLE, READ_TIMED_OUT, READ_FAILED)
 
 
 @dataclass(frozen=True)
@@ -176,12 +189,15 @@ class PolicySettings:
     """debounce_s: the same fault must be seen twice at least this far apart; cooldown_s: after a recover event, no
     other for that container until it is seen without a fault, or this long has passed (the ladder's own ceiling by
     default: docs/recover.md, 1615 s); budget: at most this many recover events per container in budget_window_s,
-    then one alert and nothing more for that container until the rulebook is restarted."""
+    then one alert and nothing more for that container until the rulebook is restarted; unreachable_polls: a node none
+    of whose containers could be read in this many polls in a row is an event (one per outage: a poll that fails
+    once, a dropped connection, is only logged)."""
 
     debounce_s: float = 30.0
     cooldown_s: float = 1800.0
     budget: int = 3
     budget_window_s: float = 3600.0
+    unreachable_polls: int = 3
 
     def __post_init__(self) -> None:
         for name in ("debounce_s", "cooldown_s", "budget_window_s"):
@@ -190,6 +206,19 @@ class PolicySettings:
                 raise ValueError("%s must be a number of seconds >= 0, got %r" % (name, value))
         if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
             raise ValueError("budget must be an integer >= 1 (recoveries per window), got %r" % (self.budget,))
+        if (not isinstance(self.unreachable_polls, int) or isinstance(self.unreachable_polls, bool)
+                or self.unreachable_polls < 1):
+            raise ValueError("unreachable_polls must be an integer >= 1 (polls in a row a node is not read before its "
+                             "event), got %r" % (self.unreachable_polls,))
+
+
+@dataclass
+class _NodeState:
+    failed_polls: int = 0                     # polls in a row in which no container of the node was read
+    first_failed_at: Optional[float] = None
+    last_read_at: Optional[float] = None      # the last poll in which a container of the node was read
+    unreachable_since: Optional[float] = None  # set when the node_unreachable event went out, until a read succeeds
+    reasons: list = field(default_factory=list)
 
 
 class Policy:
@@ -198,6 +227,51 @@ class Policy:
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self._state: dict[int, _State] = {}
+        self._nodes: dict[str, _NodeState] = {}
+
+    def observe_node(self, node: str, reads: Mapping[int, tuple[str, str]], now: float) -> Optional[dict[str, Any]]:
+        """One poll of ``node``: ``reads`` maps each of its containers to (outcome, why), outcome one of
+        READ_OUTCOMES. The node is read when at least one container's diagnosis came back; a poll in which none did
+        counts toward ``unreachable_polls``. Returns the node_unreachable event (once per outage, at the poll that
+        reaches the count), the node_reachable event (the first read after that event), or None."""
+        for vmid, (outcome, _why) in reads.items():
+            if outcome not in READ_OUTCOMES:
+                raise ValueError("CT %s on %s: unknown read outcome %r" % (vmid, node, outcome))
+        if not reads:
+            return None
+        st = self._nodes.setdefault(node, _NodeState())
+        base = {"inferops_gpu_watch": True, "node": node, "vmids": sorted(reads), "detected_at": now}
+        if any(outcome == READ_OK for outcome, _why in reads.values()):
+            back = st.unreachable_since
+            failed = st.failed_polls
+            st.failed_polls, st.first_failed_at, st.last_read_at, st.unreachable_since, st.reasons = 0, None, now, None, []
+            if back is None:
+                return None
+            return dict(base, action=ACTION_NODE_REACHABLE, failed_polls=failed, unreachable_s=round(now - back, 3),
+                        message="%s is read again after %d poll(s) in which it was not (the last %.0f s): the watch "
+                                "of its containers goes on" % (node, failed, now - back))
+        st.failed_polls += 1
+        if st.first_failed_at is None:
+            st.first_failed_at = now
+        st.reasons = ["CT %d: %s: %s" % (vmid, outcome, why) for vmid, (outcome, why) in sorted(reads.items())]
+        if st.unreachable_since is not None or st.failed_polls < self.settings.unreachable_polls:
+            return None
+        st.unreachable_since = now
+        return dict(base, action=ACTION_NODE_UNREACHABLE, failed_polls=st.failed_polls,
+                    first_failed_at=st.first_failed_at, last_read_at=st.last_read_at, reasons=list(st.reasons),
+                    message=("%s could not be read in %d poll(s) in a row (since %.0f s ago): no fault of its "
+                             "containers can be seen or recovered until it is; a person must look: %s"
+                             % (node, st.failed_polls, now - st.first_failed_at, "; ".join(st.reasons))))
+
+    def node_states(self) -> dict[str, dict[str, Any]]:
+        """Each node polled so far: {"up" (False once its node_unreachable event went out, until a read), "failed_polls",
+        "last_read_at"}; for the metrics file."""
+        return {node: {"up": st.unreachable_since is None, "failed_polls": st.failed_polls,
+                       "last_read_at": st.last_read_at} for node, st in sorted(self._nodes.items())}
+
+    def exhausted(self) -> list[int]:
+        """The containers whose budget is spent (the alert went out; no more events until the rulebook restarts)."""
+        return sorted(vmid for vmid, st in self._state.items() if st.exhausted)
 
     def observe(self, watched: Watched, diag: Mapping[str, Any], now: float) -> Optional[dict[str, Any]]:
         """One diagnosis of ``watched`` at ``now`` (seconds): the event to emit, or None."""

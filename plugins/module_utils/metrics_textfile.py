@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The node_exporter textfile-collector files deploy's verify and recover write on the node (docs/recover.md,
-"Metrics"), from their own JSON reports: the text exposition format (one ``# HELP`` and ``# TYPE`` per metric family,
+"Metrics"), from their own JSON reports, and the one the event source gpu_watch writes where it runs (the nodes it
+cannot read, the budgets it spent): the text exposition format (one ``# HELP`` and ``# TYPE`` per metric family,
 ``name{label="value"} number`` lines, label values escaped, a final newline), which the collector reads from
 ``*.prom`` files that are written whole (the role's copy renames a temporary file into place).
 
@@ -32,6 +33,11 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "inferops_recover_reboot_needed": ("gauge", "1 when the last recover run found that the node needs a reboot."),
     "inferops_recover_duration_seconds": ("gauge", "Seconds the last recover run took (its time to Clean when clean)."),
     "inferops_recover_last_run_timestamp_seconds": ("gauge", "When the last recover run ended (Unix time)."),
+    "inferops_watch_last_poll_timestamp_seconds": ("gauge", "When the event source gpu_watch last ended a poll (Unix time)."),
+    "inferops_watch_node_up": ("gauge", "0 once gpu_watch could not read the node for its unreachable_polls polls in a row, else 1."),
+    "inferops_watch_node_failed_polls": ("gauge", "Polls in a row in which gpu_watch read no container of the node."),
+    "inferops_watch_node_last_read_timestamp_seconds": ("gauge", "When gpu_watch last read a container of the node (Unix time)."),
+    "inferops_watch_budget_exhausted": ("gauge", "1 when gpu_watch spent the container's recovery budget and stopped recovering it."),
 }
 
 
@@ -96,6 +102,24 @@ def recover_metrics(report: Mapping[str, Any], ended_at: float) -> str:
         ("inferops_recover_duration_seconds", labels, float(report["seconds"]) if report.get("seconds") is not None else None),
         ("inferops_recover_last_run_timestamp_seconds", labels, float(ended_at)),
     ])
+
+
+def watch_metrics(nodes: Mapping[str, Mapping[str, Any]], containers: Iterable[Mapping[str, Any]],
+                  polled_at: float) -> str:
+    """The file the event source gpu_watch writes where it runs, after each poll: each node's state
+    (eda_watch.Policy.node_states: up, failed_polls, last_read_at), each watched container's budget (``vmid``,
+    ``node``, ``exhausted``), and the poll's time, so that a source that stops polling is seen too."""
+    samples: list[tuple[str, Mapping[str, Any], Any]] = [("inferops_watch_last_poll_timestamp_seconds", {}, float(polled_at))]
+    for node, st in sorted(nodes.items()):
+        labels = {"node": str(node)}
+        samples += [("inferops_watch_node_up", labels, bool(st.get("up"))),
+                    ("inferops_watch_node_failed_polls", labels, int(st.get("failed_polls") or 0)),
+                    ("inferops_watch_node_last_read_timestamp_seconds", labels,
+                     float(st["last_read_at"]) if st.get("last_read_at") is not None else None)]
+    for ct in containers:
+        samples.append(("inferops_watch_budget_exhausted", {"vmid": str(int(ct["vmid"])), "node": str(ct["node"])},
+                        bool(ct.get("exhausted"))))
+    return render(samples)
 
 
 def deploy_metrics(report: Mapping[str, Any], ended_at: float) -> str:

@@ -174,3 +174,57 @@ def test_oom_kill_needs_no_second_sighting():
 def test_bad_settings_refused(kw):
     with pytest.raises(ValueError):
         ew.PolicySettings(**kw)
+
+
+OK, DOWN, SLOW, FAIL = ew.READ_OK, ew.READ_UNREACHABLE, ew.READ_TIMED_OUT, ew.READ_FAILED
+
+
+def test_an_unread_node_is_one_event_per_outage_after_its_polls_then_one_when_back():
+    p = ew.Policy(ew.PolicySettings(unreachable_polls=3))
+    assert p.observe_node("pve1", {129: (OK, "")}, 0) is None
+    assert p.observe_node("pve1", {129: (DOWN, "ssh: connect refused")}, 10) is None
+    assert p.observe_node("pve1", {129: (SLOW, "killed at 120 s")}, 20) is None
+    assert p.node_states()["pve1"] == {"up": True, "failed_polls": 2, "last_read_at": 0}
+    e = p.observe_node("pve1", {129: (DOWN, "ssh: connect refused"), 132: (DOWN, "not asked")}, 30)
+    assert e["action"] == ew.ACTION_NODE_UNREACHABLE and e["node"] == "pve1" and e["vmids"] == [129, 132]
+    assert e["failed_polls"] == 3 and e["first_failed_at"] == 10 and e["last_read_at"] == 0
+    assert "CT 129: unreachable: ssh: connect refused" in e["reasons"] and "pve1" in e["message"]
+    assert p.node_states()["pve1"]["up"] is False
+    for t in (40, 50, 60):                   # the same outage: no second event
+        assert p.observe_node("pve1", {129: (DOWN, "x")}, t) is None
+    back = p.observe_node("pve1", {129: (OK, ""), 132: (FAIL, "module failed")}, 70)
+    assert back["action"] == ew.ACTION_NODE_REACHABLE and back["failed_polls"] == 6 and back["unreachable_s"] == 40
+    assert p.node_states()["pve1"] == {"up": True, "failed_polls": 0, "last_read_at": 70}
+    assert p.observe_node("pve1", {129: (OK, "")}, 80) is None
+    # A second outage is a second event.
+    events = [p.observe_node("pve1", {129: (DOWN, "x")}, t) for t in (90, 100, 110)]
+    assert [e and e["action"] for e in events] == [None, None, ew.ACTION_NODE_UNREACHABLE]
+
+
+def test_a_node_with_one_container_read_is_read_and_polls_must_be_in_a_row():
+    p = ew.Policy(ew.PolicySettings(unreachable_polls=2))
+    for t in range(6):
+        # one container's module failing is that container's trouble, logged by the source; its node answered
+        assert p.observe_node("pve1", {129: (FAIL, "pct config failed"), 132: (OK, "")}, t) is None
+    for t, outcome in enumerate([DOWN, OK, SLOW, OK, FAIL, OK]):
+        assert p.observe_node("pve2", {140: (outcome, "")}, t) is None
+    # Every container failing, for whatever reason, is the node not read.
+    assert p.observe_node("pve2", {140: (FAIL, "")}, 10) is None
+    assert p.observe_node("pve2", {140: (FAIL, "")}, 11)["action"] == ew.ACTION_NODE_UNREACHABLE
+    assert p.node_states()["pve1"]["up"] is True and p.node_states()["pve2"]["up"] is False
+    assert p.observe_node("pve3", {}, 0) is None and "pve3" not in p.node_states()
+    with pytest.raises(ValueError, match="unknown read outcome"):
+        p.observe_node("pve1", {129: ("maybe", "")}, 1)
+
+
+def test_exhausted_budgets_are_listed():
+    p = ew.Policy(ew.PolicySettings(debounce_s=0, cooldown_s=0, budget=1))
+    stuck = diag(stuck=1)
+    assert p.observe(W129, stuck, 0)["action"] == ew.ACTION_RECOVER and p.exhausted() == []
+    assert p.observe(W129, stuck, 100)["action"] == ew.ACTION_ALERT and p.exhausted() == [129]
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 1.5, "3"])
+def test_bad_unreachable_polls_refused(n):
+    with pytest.raises(ValueError, match="unreachable_polls"):
+        ew.PolicySettings(unreachable_polls=n)

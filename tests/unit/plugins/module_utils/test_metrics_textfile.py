@@ -106,3 +106,16 @@ def test_alert_rules_read_only_metrics_the_files_write():
             assert rule["expr"].count("(") == rule["expr"].count(")")
             assert "summary" in rule["annotations"]
     assert len(names) >= 4
+
+
+def test_watch_metrics():
+    text = mt.watch_metrics({"pve1": {"up": False, "failed_polls": 4, "last_read_at": 1700.5},
+                             "pve2": {"up": True, "failed_polls": 0, "last_read_at": None}},
+                            [{"vmid": 129, "node": "pve1", "exhausted": True}, {"vmid": "132", "node": "pve2"}], 1800.0)
+    m = parse(text)
+    assert m["inferops_watch_last_poll_timestamp_seconds"] == {frozenset(): 1800.0}
+    assert m["inferops_watch_node_up"] == {frozenset({("node", "pve1")}): 0, frozenset({("node", "pve2")}): 1}
+    assert m["inferops_watch_node_failed_polls"][frozenset({("node", "pve1")})] == 4
+    assert m["inferops_watch_node_last_read_timestamp_seconds"] == {frozenset({("node", "pve1")}): 1700.5}
+    assert m["inferops_watch_budget_exhausted"] == {frozenset({("vmid", "129"), ("node", "pve1")}): 1,
+                                                    frozenset({("vmid", "132"), ("node", "pve2")}): 0}
