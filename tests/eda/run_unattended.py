@@ -270,7 +270,7 @@ def main() -> int:
     with open(vars_file, "w") as f:
         json.dump({"gpu_watch_inventory": inv, "gpu_watch_interval_s": a.interval, "gpu_watch_debounce_s": a.debounce,
                    "gpu_watch_cooldown_s": 600, "gpu_watch_budget": 1, "gpu_watch_budget_window_s": 3600,
-                   "gpu_watch_unreachable_polls": 3, "gpu_watch_read_timeout_s": 120,
+                   "gpu_watch_unreachable_polls": 3, "gpu_watch_read_timeout_s": 300,
                    "gpu_watch_metrics_file": os.path.join(work, "inferops-gpu-watch.prom")}, f)
     log_path = os.path.join(ROOT, "reports", "eda-rulebook.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)

@@ -18,7 +18,7 @@ Arguments (all optional but inventory):
   budget: recover events per container per budget_window seconds (3), then one alert and no more for it.
   budget_window: the budget's window in seconds (3600).
   unreachable_polls: polls in a row in which no container of a node is read before the node is an event (3).
-  read_timeout: seconds one read of a container (ansible running gpu_diagnose on its node) may take (120); past it
+  read_timeout: seconds one read of a container (ansible running gpu_diagnose on its node) may take (300); past it
     the read is killed, with every process it started, and counts as the node not answering.
   metrics_file: a node_exporter textfile (*.prom) on the machine the source runs on, written whole after each poll:
     inferops_watch_node_up, inferops_watch_budget_exhausted and the poll's time, which the shipped Prometheus rules
@@ -138,7 +138,7 @@ async def diagnose(args: dict[str, Any], env: dict[str, str], watched: eda_watch
         options["kernel_since_seq"] = kernel_since
     argv = [args.get("ansible", "ansible"), watched.node_host, "-i", args["inventory"],
             "-m", "inferops.gpu_inference.gpu_diagnose", "-a", json.dumps(options)]
-    timeout_s = _positive(args, "read_timeout", 120)
+    timeout_s = _positive(args, "read_timeout", 300)
     rc, out, err, timed_out = await _run(
         argv, dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"), timeout_s)
     if timed_out:
@@ -183,7 +183,7 @@ async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:
                                         budget_window_s=float(args.get("budget_window", 3600)),
                                         unreachable_polls=int(args.get("unreachable_polls", 3)))
     interval = float(args.get("interval", 15))
-    _positive(args, "read_timeout", 120)
+    _positive(args, "read_timeout", 300)
     metrics_file = str(args.get("metrics_file") or "")
     once = int(args.get("once", 0))
     env = dict(os.environ)
