@@ -76,7 +76,7 @@ def render(samples: Iterable[tuple[str, Mapping[str, Any], Any]]) -> str:
             if not _LABEL.match(key) or key.startswith("__"):
                 raise MetricsError("bad label name %r" % (key,))
         text = ",".join('%s="%s"' % (k, _escape(v)) for k, v in sorted(labels.items()))
-        by_name.setdefault(name, []).append("%s{%s} %s" % (name, text, _number(value)))
+        by_name.setdefault(name, []).append("%s%s %s" % (name, "{%s}" % text if text else "", _number(value)))
     lines: list[str] = []
     for name, (kind, helptext) in FAMILIES.items():
         if name in by_name:

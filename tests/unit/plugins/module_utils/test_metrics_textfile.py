@@ -13,7 +13,7 @@ import yaml
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import metrics_textfile as mt
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*)\} (\S+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)+)\})? (\S+)$')
 
 
 def parse(text):
@@ -28,7 +28,7 @@ def parse(text):
         assert m, line
         name = m.group(1)
         assert ("HELP", name) in declared and ("TYPE", name) in declared
-        labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
         out.setdefault(name, {})[labels] = float(m.group(3))
     return out
 
@@ -113,6 +113,7 @@ def test_watch_metrics():
                              "pve2": {"up": True, "failed_polls": 0, "last_read_at": None}},
                             [{"vmid": 129, "node": "pve1", "exhausted": True}, {"vmid": "132", "node": "pve2"}], 1800.0)
     m = parse(text)
+    assert "\ninferops_watch_last_poll_timestamp_seconds 1800.0\n" in text       # no labels: no braces
     assert m["inferops_watch_last_poll_timestamp_seconds"] == {frozenset(): 1800.0}
     assert m["inferops_watch_node_up"] == {frozenset({("node", "pve1")}): 0, frozenset({("node", "pve2")}): 1}
     assert m["inferops_watch_node_failed_polls"][frozenset({("node", "pve1")})] == 4
