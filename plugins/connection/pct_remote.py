@@ -1,6 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # The options below are those of community.proxmox.proxmox_pct_remote 2.0.0 (Nils Stein, Ansible Project, GPL-3.0-or-later),
-# which this plugin extends; only pipelining is new.
+# which this plugin extends; pipelining and the quoted file transfers are new.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -19,6 +19,9 @@ description:
   - The node's SSH host key is checked against the keys the inventory pins (O(pinned_host_keys)), before
     authenticating, whatever C(ANSIBLE_HOST_KEY_CHECKING) or O(host_key_checking) say; known_hosts files are neither
     read nor written. With no pinned key the connection is refused before it is opened.
+  - File transfers quote the container path (community.proxmox 2.0 puts it unquoted into C(sh -c 'cat > PATH'), so
+    a path with a space, C($(...)) or a backquote broke the copy or ran as root in the container); a path with a NUL
+    is refused. A file is created with umask 077 (mode 0600 at most) before any byte is written.
 options:
   pinned_host_keys:
     description:
@@ -286,9 +289,11 @@ EXAMPLES = r"""
 """
 
 import os  # noqa: E402
+import shlex  # noqa: E402
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError  # noqa: E402
-
+from ansible.module_utils.common.text.converters import to_bytes, to_text  # noqa: E402
+from ansible.utils.display import Display  # noqa: E402
 from ansible_collections.community.proxmox.plugins.connection.proxmox_pct_remote import (  # noqa: E402
     Connection as _PctRemoteConnection,
 )
@@ -319,6 +324,32 @@ if paramiko is not None:
                 ssh_host_keys.check_server_key(self._keys, key.get_name(), key.asbytes(), self._where, self._address)
             except ssh_host_keys.HostKeyError as exc:
                 raise _HostKeyRefused(str(exc)) from None
+
+
+display = Display()
+
+# The container's shell gets the path as its first argument ("$1"), never as text of its script: no quoting of the
+# path is parsed in the container. The node's shell parses the command line once (SSH runs it there), so the
+# script and the path are each one shlex-quoted word. umask 077: the file is created 0600 at most, before any byte of
+# a secret is written (the caller sets the final mode afterwards). Input redirection: a path starting with "-" is
+# never an option of cat.
+PUT_SCRIPT = 'umask 077 && exec cat > "$1"'
+FETCH_SCRIPT = 'exec cat < "$1"'
+
+
+def checked_path(path) -> str:
+    """The container path of a transfer, refused when it cannot be one argument of a command (a NUL byte)."""
+    text = to_text(path, errors="surrogate_or_strict")
+    if "\0" in text:
+        raise AnsibleError("refused to transfer %r: a path with a NUL byte cannot be passed to a command in the "
+                           "container (nothing was sent)" % text)
+    return text
+
+
+def transfer_command(shell: str, script: str, path) -> str:
+    """The command line run on the node (after `pct exec VMID --`) that gives ``path`` to ``script`` as "$1"."""
+    text = checked_path(path)
+    return " ".join([shlex.quote(shell), "-c", shlex.quote(script), "sh", shlex.quote(text)])
 
 
 class Connection(_PctRemoteConnection):
@@ -375,3 +406,34 @@ class Connection(_PctRemoteConnection):
         if in_data is not None:
             sudoable = False
         return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+
+    def _transfer(self, script, path, in_data=None):
+        shell = getattr(self._shell, "executable", None) or "/bin/sh"
+        rc, stdout, stderr = self.exec_command(transfer_command(shell, script, path), in_data=in_data, sudoable=False)
+        if rc != 0:
+            if b"cat: not found" in stderr:
+                raise AnsibleError("cat not found in path of container: %s" % to_text(self.get_option("vmid")))
+            raise AnsibleError("%s\n%s" % (to_text(stdout), to_text(stderr)))
+        return stdout
+
+    def put_file(self, in_path, out_path):
+        """Copy a controller file to ``out_path`` in the container (created 0600 at most; the path quoted)."""
+        display.vvv("PUT %r TO %r" % (in_path, out_path), host=self.get_option("remote_addr"))
+        checked_path(out_path)  # refused before the file is read
+        try:
+            with open(to_bytes(in_path, errors="surrogate_or_strict"), "rb") as handle:
+                data = handle.read()
+            self._transfer(PUT_SCRIPT, out_path, in_data=data)
+        except Exception as exc:
+            raise AnsibleError("error occurred while putting file from %s to %r!\n%s" % (in_path, out_path, to_text(exc))) from exc
+
+    def fetch_file(self, in_path, out_path):
+        """Copy the container's ``in_path`` (quoted) to the controller's ``out_path``."""
+        display.vvv("FETCH %r TO %r" % (in_path, out_path), host=self.get_option("remote_addr"))
+        checked_path(in_path)
+        try:
+            data = self._transfer(FETCH_SCRIPT, in_path)
+            with open(to_bytes(out_path, errors="surrogate_or_strict"), "wb") as handle:
+                handle.write(data)
+        except Exception as exc:
+            raise AnsibleError("error occurred while fetching file from %r to %s!\n%s" % (in_path, out_path, to_text(exc))) from exc

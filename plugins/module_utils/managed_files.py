@@ -20,6 +20,8 @@ import posixpath
 import stat
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import control_char
+
 
 class ManagedFilesError(Exception):
     """A bad argument: reported before anything is changed."""
@@ -50,6 +52,13 @@ def parse_mode(value: Any, what: str) -> int:
 def _abs_dest(dest: Any, what: str) -> str:
     if not isinstance(dest, str) or not dest.startswith("/") or "\0" in dest:
         raise ManagedFilesError("%s must be an absolute path, got %r" % (what, dest))
+    # A path is passed to the target quoted (the connection, the JSON of REMOTE_SCRIPT), but a line break in it would
+    # still end a line of the logs, the reports and the unit files that name it: refused, whatever else it contains.
+    found = control_char(dest)
+    if found is not None:
+        raise ManagedFilesError("%s %r contains the control character %s: a destination path with a line break or "
+                                "another control character is refused (nothing was changed); rename the file"
+                                % (what, dest, found))
     norm = posixpath.normpath(dest)
     if norm != dest.rstrip("/") or norm == "/":
         raise ManagedFilesError("%s must be a normalised absolute path (no '..', no '//'), got %r" % (what, dest))
@@ -102,7 +111,8 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
             row["validate"] = _validate_cmd(entry["validate"], "files[%d].validate" % i)
         for key in ("owner", "group"):
             if entry.get(key) is not None:
-                if not isinstance(entry[key], str) or not entry[key] or any(c in entry[key] for c in ":/ \n"):
+                if not isinstance(entry[key], str) or not entry[key] or entry[key].startswith("-") \
+                        or any(c in entry[key] for c in ":/ ") or control_char(entry[key]) is not None:
                     raise ManagedFilesError("files[%d].%s must be a user or group name, got %r" % (i, key, entry[key]))
                 row[key] = entry[key]
         rows.append(row)
@@ -120,7 +130,8 @@ def expand(files: Sequence[Mapping[str, Any]], trees: Sequence[Mapping[str, Any]
                 if not os.path.isfile(path):
                     continue
                 rel = os.path.relpath(path, top).replace(os.sep, "/")
-                rows.append({"src": path, "dest": posixpath.join(dest_top, rel), "mode": default_mode, "label": path})
+                dest = _abs_dest(posixpath.join(dest_top, rel), "trees[%d]: the file %r goes to" % (i, path))
+                rows.append({"src": path, "dest": dest, "mode": default_mode, "label": path})
     seen: dict[str, str] = {}
     for row in rows:
         if row["dest"] in seen and seen[row["dest"]] != row["src"]:
@@ -199,11 +210,14 @@ def install_request(changes: Mapping[str, list], owner: str, group: str, directo
 
 def mkdirs_request(changes: Mapping[str, list], owner: str, group: str, directory_mode: str,
                    dir_changes: Optional[Mapping[str, list]] = None) -> dict[str, Any]:
-    """The ``mkdirs`` op: the managed directories to make or fix, then the missing parents of the copies."""
+    """The ``mkdirs`` op: the managed directories to make or fix, then the missing parents of the copies, then each
+    copy's temporary file made empty with mode 0600 (``tmps``): the connection's transfer then writes into a file no
+    group or other user can read, whatever its umask, so a secret is never readable by them, even when the run dies
+    before the install step sets the final owner and mode."""
     dir_changes = dir_changes or {"make": [], "fix": []}
     return {"op": "mkdirs", "owner": owner, "group": group, "directory_mode": parse_mode(directory_mode, "directory_mode"),
             "dirs": list(dir_changes["make"]) + sorted({posixpath.dirname(c["dest"]) for c in changes["copy"]}),
-            "fix": [f["dest"] for f in dir_changes["fix"]]}
+            "fix": [f["dest"] for f in dir_changes["fix"]], "tmps": [c["dest"] + TMP_SUFFIX for c in changes["copy"]]}
 
 
 def text_request(changes: Mapping[str, list]) -> Optional[dict[str, Any]]:
@@ -305,7 +319,14 @@ def run():
         for d in req.get("fix", []):
             os.chown(d, uid, gid)
             os.chmod(d, req["directory_mode"])
-        print(json.dumps({"made": made, "fixed": req.get("fix", [])}))
+        for t in req.get("tmps", []):
+            # A leftover of a run that died (or anything planted there) is removed, never followed; the new file is
+            # made 0600 before any byte is written into it.
+            if os.path.lexists(t):
+                os.unlink(t)
+            os.close(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            os.chmod(t, 0o600)
+        print(json.dumps({"made": made, "fixed": req.get("fix", []), "tmps": req.get("tmps", [])}))
     elif req["op"] == "read_text":
         out = {}
         for p in req["paths"]:

@@ -9,13 +9,13 @@ import hashlib
 import json
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import sys
 
 import pytest
 
+from ansible_collections.inferops.gpu_inference.plugins.connection import pct_remote
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import managed_files as mf
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -28,8 +28,15 @@ def remote(request):
     return json.loads(out.stdout)
 
 
-def put(item):  # what the connection's put_file does: the bytes at dest + TMP_SUFFIX
-    shutil.copyfile(item["src"], item["dest"] + mf.TMP_SUFFIX)
+def put(item):
+    """The bytes at dest + TMP_SUFFIX, as the collection's connection (pct_remote) puts them: its own command line,
+    parsed by a real shell as the node's shell parses it, then its script run by sh as in the container (what pct
+    exec adds is the container; tests/lab/test_hostile_quoting.py goes through it)."""
+    with open(item["src"], "rb") as handle:
+        data = handle.read()
+    command = pct_remote.transfer_command("/bin/sh", pct_remote.PUT_SCRIPT, item["dest"] + mf.TMP_SUFFIX)
+    out = subprocess.run(["/bin/sh", "-c", command], input=data, capture_output=True, check=False)
+    assert out.returncode == 0, out.stderr
 
 
 def sync(rows, mode="0755"):
@@ -239,3 +246,95 @@ def test_a_failure_on_the_target_is_one_line_not_a_traceback(tmp_path):
         out = subprocess.run([sys.executable, "-c", mf.REMOTE_SCRIPT, json.dumps(req)], capture_output=True, text=True, check=False)
     assert out.returncode == 1 and "mkdirs failed on the target" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# --- hostile names and secrets -----------------------------------------------------------------------------------
+
+HOSTILE = ["$(touch pwned-dollar)", "`touch pwned-backquote`", "a b  c", "it's \"quoted\"", "-rf", "x;touch pwned-semi",
+           "*", "$HOME"]
+
+
+def test_hostile_names_land_with_exactly_their_name_and_nothing_runs(src, tmp_path, monkeypatch):
+    """A name under a model directory or a wheelhouse is a path the transfer quotes: each lands as named."""
+    for i, name in enumerate(HOSTILE):
+        (src / "model" / name).write_text("file %d\n" % i)
+    dest = tmp_path / "dest"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # where an injected `touch pwned-...` would write
+    sync(rows_for(src, dest))
+    landed = sorted(os.listdir(dest / "models" / "tiny"))
+    assert landed == sorted(HOSTILE + ["config.json", "sub"])
+    for i, name in enumerate(HOSTILE):
+        assert (dest / "models" / "tiny" / name).read_text() == "file %d\n" % i
+    assert os.listdir(cwd) == [] and not [p for p in os.listdir(tmp_path) if p.startswith("pwned")]
+
+
+@pytest.mark.parametrize("bad", ["/etc/a\nb", "/etc/a\rb", "/etc/a\tb", "/etc/a\x1bb", "/etc/a\x7fb", "/etc/a\u2028b"])
+def test_a_destination_with_a_control_character_is_refused(src, bad):
+    with pytest.raises(mf.ManagedFilesError, match="control character .*rename the file"):
+        mf.expand([{"src": "launch.py", "dest": bad}], [], lambda s: str(src / s), "0644", "0755")
+    with pytest.raises(mf.ManagedFilesError, match="control character"):
+        mf.directories([bad])
+
+
+def test_a_tree_file_named_with_a_newline_is_refused_before_any_change(src, tmp_path):
+    (src / "model" / "evil\n$(touch pwned)").write_text("x")
+    dest = tmp_path / "dest"
+    with pytest.raises(mf.ManagedFilesError, match=r"trees\[0\]: the file '[^\n]*evil\\n.*control character \\n: "):
+        rows_for(src, dest)
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("name", ["-x", "a\nb", "a:b", "a/b", "a b"])
+def test_an_owner_or_group_like_an_option_or_with_a_separator_is_refused(src, name):
+    for key in ("owner", "group"):
+        with pytest.raises(mf.ManagedFilesError, match="user or group name"):
+            mf.expand([{"src": "launch.py", "dest": "/k", key: name}], [], lambda s: str(src / s), "0644", "0755")
+
+
+def test_a_secret_is_written_into_a_file_made_0600_before_its_first_byte(src, tmp_path):
+    """Whatever the umask, the temporary file the transfer writes into exists with mode 0600 before any byte; a run
+    killed between the transfer and the install leaves it 0600; the install gives the final mode."""
+    dest = tmp_path / "etc"
+    (src / "key").write_text("SECRET\n")
+    rows = mf.expand([{"src": "key", "dest": str(dest / "api-key"), "mode": "0640", "group": MYGROUP}],
+                     [], lambda s: str(src / s), "0644", "0755")
+    changes = mf.plan(rows, remote(mf.read_request(rows)), ME, MYGROUP)
+    old = os.umask(0)  # the most permissive session: a mode from the umask would show here
+    try:
+        remote(mf.mkdirs_request(changes, ME, MYGROUP, "0755"))
+        tmp = dest / ("api-key" + mf.TMP_SUFFIX)
+        st = os.lstat(tmp)
+        assert stat.S_ISREG(st.st_mode) and st.st_size == 0 and stat.S_IMODE(st.st_mode) == 0o600
+        put(changes["copy"][0])
+        assert tmp.read_text() == "SECRET\n" and stat.S_IMODE(os.lstat(tmp).st_mode) == 0o600
+        remote(mf.install_request(changes, ME, MYGROUP, "0755"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(dest / "api-key").st_mode) == 0o640 and not tmp.exists()
+
+
+def test_the_transfer_alone_creates_a_new_file_0600_under_a_0022_umask(tmp_path):
+    """Without the prepared file (any other caller of put_file), the connection's own umask 077 applies."""
+    (tmp_path / "src").write_text("SECRET\n")
+    old = os.umask(0o022)
+    try:
+        put({"src": str(tmp_path / "src"), "dest": str(tmp_path / "new")})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / ("new" + mf.TMP_SUFFIX)).st_mode) == 0o600
+
+
+def test_a_symlink_planted_at_the_temporary_name_is_removed_not_followed(src, tmp_path):
+    dest = tmp_path / "etc"
+    dest.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    os.chmod(victim, 0o644)
+    os.symlink(victim, dest / ("api-key" + mf.TMP_SUFFIX))
+    (src / "key").write_text("SECRET\n")
+    rows = mf.expand([{"src": "key", "dest": str(dest / "api-key"), "mode": "0600"}], [], lambda s: str(src / s), "0644", "0755")
+    sync(rows)
+    assert victim.read_text() == "untouched\n" and stat.S_IMODE(os.stat(victim).st_mode) == 0o644
+    assert (dest / "api-key").read_text() == "SECRET\n" and not os.path.islink(dest / "api-key")
