@@ -18,6 +18,13 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_pools import place_ranks
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_releases import parse_version, release_rules
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import (
+    control_char,
+    control_message,
+    env_name_message,
+    option_message,
+    user_name_message,
+)
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import (
     GB_BYTES,
     GIB_BYTES,
@@ -134,8 +141,10 @@ def _extra_args(value: Any) -> List[str]:
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise DeployError("%s: every item must be a string or a number, got %s" % (name, clip(item, SHOWN)))
         text = str(item)
-        if "\n" in text or "\x00" in text:
-            raise DeployError("%s: an argument contains a newline or NUL: %s" % (name, clip(item, SHOWN)))
+        found = control_char(text)
+        if found is not None:
+            raise DeployError("%s: the argument %s contains the control character %s: "
+                              "each argument is one word of the unit's ExecStart line; remove it" % (name, clip(item, SHOWN), found))
         flag = _owned_flag(text)
         if flag:
             raise DeployError(
@@ -179,6 +188,33 @@ def is_loopback(host: str) -> bool:
 #: The layout settings whose blank value means their documented default (meta/argument_specs.yml); the request
 #: says so in its notes, which the plan's warnings and plan.yml's notes show.
 _BLANK_MEANS_DEFAULT = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "attn_dp_size": 1, "enable_dp_attention": False}
+
+
+def _check_unit_settings(s: Mapping[str, Any]) -> None:
+    """The settings written into the unit or its environment file besides the argv: the service user (User=,
+    Group=, useradd) and the environment (EnvironmentFile=, one KEY="value" line each). A value of the environment
+    may be secret: a message names its key, never the value."""
+    if "user" in s:
+        refused = user_name_message("sglang_server_user", s["user"])
+        if refused:
+            raise DeployError(refused)
+    env = s.get("environment")
+    if env is None:
+        return
+    if not isinstance(env, Mapping):
+        raise DeployError("sglang_server_environment must be a dict of variable names to values, got a %s" % type_word(env))
+    for key, value in env.items():
+        refused = env_name_message("sglang_server_environment", key)
+        if refused:
+            raise DeployError(refused)
+        if value is None or isinstance(value, (list, dict, tuple)):
+            raise DeployError("sglang_server_environment: %s must be a string or a number, got a %s (the value is not shown)"
+                              % (key, type_word(value)))
+        found = control_char(str(value))
+        if found is not None:
+            raise DeployError("sglang_server_environment: the value of %s contains the control character %s (the value "
+                              "is not shown): a line break in the environment file would start a variable of its own; "
+                              "remove it" % (key, found))
 
 
 # --- stage 1: the operator's settings -------------------------------------------------------------------
@@ -276,6 +312,14 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "dist_init_host": _text("sglang_server_dist_init_host", s.get("dist_init_host")),
         "dist_init_port": setting_int("sglang_server_dist_init_port", s.get("dist_init_port", 50000), 1, 65535),
     }
+    # Each of these is written into the systemd unit (ExecStart) and the launch record: a line break would start a
+    # directive of the caller's choosing; a leading "-" would be an option to SGLang's argument parser.
+    for key in ("model_path", "served_model_name", "dist_init_host"):
+        refused = control_message("sglang_server_" + key, s.get(key), "the systemd unit (ExecStart)") \
+            or option_message("sglang_server_" + key, service[key], "SGLang's argument parser")
+        if refused:
+            raise DeployError(refused)
+    _check_unit_settings(s)
     if not service["model_path"].startswith("/"):
         raise DeployError("sglang_server_model_path=%s must be an absolute path inside the container" % clip(service["model_path"], SHOWN))
     if layout["nnodes"] > 1 and not service["dist_init_host"]:

@@ -283,6 +283,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import unit_name_message
 
 
 class Runner:
@@ -467,9 +468,10 @@ def read_service(runner, pct, vmid, name, running):
     service = {"name": name, "checked": False}
     if not running:
         return service
-    rc, out, err, hung = runner.run([pct, "exec", str(vmid), "--", "systemctl", "show", name, "-p", "ActiveState",
+    # "--": the unit name is never read as an option of systemctl (main() also refuses a name starting with "-").
+    rc, out, err, hung = runner.run([pct, "exec", str(vmid), "--", "systemctl", "show", "-p", "ActiveState",
                                      "-p", "SubState", "-p", "UnitFileState", "-p", "MainPID", "-p", "NRestarts",
-                                     "-p", "LoadState"])
+                                     "-p", "LoadState", "--", name])
     if rc != 0:
         service["error"] = ("timed out" if hung else "rc %d: %s" % (rc, (err or out).strip()))
         return service
@@ -635,6 +637,8 @@ def main():
     )
     if module.params["vmid"] < 100:
         module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % module.params["vmid"])
+    if unit_name_message("service", module.params["service"]):
+        module.fail_json(msg=unit_name_message("service", module.params["service"]))
     module.exit_json(**diagnose(module))
 
 

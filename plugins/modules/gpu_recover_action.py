@@ -206,6 +206,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import read_text
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import unit_name_message
 
 
 def run_smi(module, smi, args, timeout):
@@ -443,7 +444,7 @@ def disable_service(module, vmid, result):
         return
     if module.check_mode:
         return
-    rc, out, err = pct_command(module, ["exec", vmid, "--", "systemctl", "disable", service], 30, result, changed=False)
+    rc, out, err = pct_command(module, ["exec", vmid, "--", "systemctl", "disable", "--", service], 30, result, changed=False)
     if "Removed" in err or "Removed" in out:
         result["changed"] = True
 
@@ -452,11 +453,12 @@ def stop_service(module, vmid, result):
     p = module.params
     if not p["service"]:
         module.fail_json(msg="action=stop_service needs service (the systemd unit inside the container)", **result)
-    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_STOP_SERVICE], "command": "pct exec %d -- systemctl disable --now %s" % (vmid, p["service"])}
+    result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_STOP_SERVICE], "command": "pct exec %d -- systemctl disable --now -- %s" % (vmid, p["service"])}
     if module.check_mode:
         result["changed"] = True
         return
-    pct_command(module, ["exec", vmid, "--", "systemctl", "disable", "--now", p["service"]], p["service_stop_timeout"], result)
+    # "--": the unit name is never read as an option of systemctl (main() also refuses a name starting with "-").
+    pct_command(module, ["exec", vmid, "--", "systemctl", "disable", "--now", "--", p["service"]], p["service_stop_timeout"], result)
 
 
 def stop_container(module, vmid, result):
@@ -730,6 +732,8 @@ def main():
     vmid = module.params["vmid"]
     if vmid < 100:
         module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % vmid)
+    if module.params["service"] is not None and unit_name_message("service", module.params["service"]):
+        module.fail_json(msg=unit_name_message("service", module.params["service"]))
     smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     result = {"changed": False, "planned": {}, "signalled": [], "aborted": [], "refused": [], "remaining": [],
               "reset": [], "commands": [], "started_at": time.time()}

@@ -231,7 +231,7 @@ def new_result():
 def test_stop_service_disables_and_stops_the_unit_inside_the_container():
     module, result = PctModule([(0, "", "Removed /etc/systemd/system/multi-user.target.wants/sglang.service.\n")]), new_result()
     action.stop_service(module, VMID, result)
-    assert module.calls == [["exec", "129", "--", "systemctl", "disable", "--now", "sglang.service"]]
+    assert module.calls == [["exec", "129", "--", "systemctl", "disable", "--now", "--", "sglang.service"]]
     assert result["changed"] and result["commands"][0]["rc"] == 0 and not result["commands"][0]["timed_out"]
 
 
@@ -246,7 +246,7 @@ def test_stop_container_shuts_down_then_stops_hard_when_it_still_runs():
     module = PctModule([running, (0, "", "Removed x\n"), (255, "", "shutdown timed out"), running, (0, "", ""), stopped])
     result = new_result()
     action.stop_container(module, VMID, result)
-    assert module.calls == [["status", "129"], ["exec", "129", "--", "systemctl", "disable", "sglang.service"],
+    assert module.calls == [["status", "129"], ["exec", "129", "--", "systemctl", "disable", "--", "sglang.service"],
                             ["shutdown", "129", "--timeout", "60", "--forceStop", "1"], ["status", "129"], ["stop", "129"]]
     assert result["container_was_running"] and result["changed"]
 
