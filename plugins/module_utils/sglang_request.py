@@ -192,12 +192,26 @@ _BLANK_MEANS_DEFAULT = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "attn_dp_size"
 
 def _check_unit_settings(s: Mapping[str, Any]) -> None:
     """The settings written into the unit or its environment file besides the argv: the service user (User=,
-    Group=, useradd) and the environment (EnvironmentFile=, one KEY="value" line each). A value of the environment
-    may be secret: a message names its key, never the value."""
+    Group=, useradd) and the environment (EnvironmentFile=, one KEY="value" line each); and the extra packages, each
+    one positional argument of pip. A value of the environment may be secret: a message names its key, never the
+    value."""
     if "user" in s:
         refused = user_name_message("sglang_server_user", s["user"])
         if refused:
             raise DeployError(refused)
+    packages = s.get("pip_extra_packages")
+    if packages is not None:
+        if not isinstance(packages, (list, tuple)):
+            raise DeployError("sglang_server_pip_extra_packages must be a list of requirement strings, got a %s"
+                              % type_word(packages))
+        for item in packages:
+            text = str(item)
+            if not isinstance(item, str) or not text.strip() or text.lstrip().startswith("-") \
+                    or control_char(text) is not None or any(c.isspace() for c in text):
+                raise DeployError("sglang_server_pip_extra_packages: %s is not one requirement (such as 'hf_transfer' or "
+                                  "'flashinfer-python==0.2.5'): no spaces or control characters, and no leading '-', "
+                                  "which pip would read as an option (an index URL of the caller's choosing)"
+                                  % clip(item, SHOWN))
     env = s.get("environment")
     if env is None:
         return

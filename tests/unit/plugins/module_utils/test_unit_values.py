@@ -136,3 +136,15 @@ def test_the_unit_name_goes_after_a_double_dash():
     module = Module()
     gpu_recover_action.stop_service(module, 129, {"changed": False, "planned": {}, "commands": []})
     assert module.calls[0][-3:] == ["--now", "--", "sglang.service"]
+
+
+@pytest.mark.parametrize("item", ["--index-url=http://evil/simple", "-i", "a b", "x\n--pre", "", 3])
+def test_an_extra_package_that_is_no_requirement_is_refused(item):
+    with pytest.raises(rq.DeployError, match="^sglang_server_pip_extra_packages: .* is not one requirement"):
+        req(pip_extra_packages=["hf_transfer", item])
+
+
+def test_extra_packages_that_are_requirements_pass():
+    req(pip_extra_packages=["hf_transfer", "flashinfer-python==0.2.5", "torch>=2.5"])
+    with pytest.raises(rq.DeployError, match="must be a list"):
+        req(pip_extra_packages="hf_transfer")
