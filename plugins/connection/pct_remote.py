@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: pct_remote
 author: inferops team (@inferops)
-short_description: Run tasks in a Proxmox VE LXC container with pct over SSH, with pipelining
+short_description: Run tasks in a Proxmox VE LXC container with pct over SSH, with pipelining and quoted transfers
 version_added: 0.2.0
 requirements:
   - paramiko
@@ -353,7 +353,7 @@ def transfer_command(shell: str, script: str, path) -> str:
 
 
 class Connection(_PctRemoteConnection):
-    """community.proxmox.proxmox_pct_remote, with pipelining."""
+    """community.proxmox.proxmox_pct_remote, with pipelining and file transfers that quote the container path."""
 
     transport = "inferops.gpu_inference.pct_remote"
     has_pipelining = True

@@ -20,6 +20,11 @@ description:
   - A run that changes nothing costs one command on the target, however many files it manages (issue 27).
   - Missing parent directories of a copied file are made with O(directory_mode), O(owner) and O(group).
   - A destination that exists and is not a regular file (a directory, a symlink) is refused; nothing is changed.
+  - A destination with a line break or another control character (tree files included) is refused before any
+    change; any other character (spaces, C($), quotes) is carried exactly.
+  - Each copy goes into a temporary file made empty with mode 0600 before the transfer writes into it (a leftover or
+    a symlink at that name is removed, never followed); its final owner and mode are set only once it is complete,
+    so a secret is never readable by a group or other user, even when a run dies between the two steps.
   - Files on the target that the task does not name are left alone (as the copy module does).
 options:
   files:
