@@ -55,7 +55,9 @@ def run_play(ct, tmp_path):
     inventory.write_text(json.dumps({"all": {"hosts": {"hostile182": {
         "ansible_connection": "inferops.gpu_inference.pct_remote", "ansible_host": "127.0.0.1", "ansible_port": 2222,
         "ansible_user": "root", "ansible_private_key_file": "%s/ssh/id_ed25519" % LAB, "proxmox_vmid": ct,
-        "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # The node's host key, pinned as inventories/lab pins it.
+        "proxmox_node_ssh_host_keys": open("%s/ssh/ssh_host_ed25519_key.pub" % LAB).read()}}}}))
 
     def play(tasks, extra):
         book = tmp_path / "play.yml"
