@@ -87,7 +87,7 @@ def cts(lab):
     for vmid, name in ((VICTIM, "hostile-victim"), (TENANT, "hostile-tenant")):
         destroy(vmid)
         r = pct("create", str(vmid), TEMPLATE, "--hostname", name, "--memory", "512", "--swap", "0",
-                "--unprivileged", "1", timeout=600)
+                "--unprivileged", "1", "--tags", "inferops-gpu", timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
     r = pct("start", str(TENANT))
     assert r.returncode == 0, r.stdout + r.stderr
