@@ -125,6 +125,20 @@ def test_the_driver_reports_minor_and_index_apart(node):
                                                                    [str(OUR_INDEX), str(OUR_MINOR)]]
 
 
+def test_deploy_reads_which_gpu_each_device_node_is(node):
+    # deploy.yml's node preflight (gpu_host_facts on the node) and its gate (sglang_deploy.check_gpus_exist): the
+    # GPU a container asks for as /dev/nvidia5 is planned with GPU index 6's row, the one devN will pass.
+    rc, facts = module("gpu_host_facts", {"gather_compute_apps": False})
+    assert rc == 0 and facts["gpu_numbering_problems"] == [], facts
+    minors = {g["index"]: g["minor_number"] for g in facts["gpus"]}
+    assert (minors[OUR_INDEX], minors[THEIR_INDEX]) == (OUR_MINOR, THEIR_MINOR)
+    sys.path.insert(0, os.path.join(REPO, ".collections"))
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
+    rows = sglang_deploy.check_gpus_exist(int(OURS), [OUR_MINOR], {
+        "gpus": facts["gpus"], "device_paths": [d["path"] for d in facts["device_nodes"]]})
+    assert rows[OUR_MINOR]["index"] == OUR_INDEX and rows[OUR_MINOR]["pci_bus_id"] == gpu(OUR_INDEX)["pci_bus_id"]
+
+
 def test_the_reset_hits_the_wedged_gpu_not_the_tenant_whose_minor_is_its_index(node):
     tenant = tenant_world()
     assert tenant["memory_used_mib"] >= THEIR_MIB and tenant["apps"], tenant
