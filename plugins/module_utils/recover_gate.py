@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import describe_unverified
 
 GIB = 1024**3
 
@@ -190,9 +191,21 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
     elif recovery.get("error"):
         notes.append("gpu_recovery_action not checked: %s" % recovery["error"].splitlines()[0])
     holders = sample.get("ct_holders", [])
-    if holders:
+    verified = [p for p in holders if p.get("holds_nvidia", True)]
+    if verified:
         reasons.append("%d process(es) of CT %s hold /dev/nvidia*: %s" % (
-            len(holders), vmid, ", ".join("%d/%s" % (p["pid"], p["comm"]) for p in holders[:8])))
+            len(verified), vmid, ", ".join("%d/%s" % (p["pid"], p["comm"]) for p in verified[:8])))
+    # A /dev/nvidia* path on a filesystem the scan never stats (FUSE, an overlay: recover_procs.nvidia_fds) may be
+    # anything; in the container it is taken as a holder (never Clean), outside it only named: it cannot be one of
+    # this container's GPUs (a user namespace's mounts open no device nodes, and a container opens only the devices
+    # its configuration passes), and a neighbour must not be able to make this container's verdict Not clean.
+    unverified = [p for p in holders if p.get("holds_unverified") and not p.get("holds_nvidia", True)]
+    if unverified:
+        reasons.append("%d process(es) of CT %s have a /dev/nvidia* path open on a filesystem that is not stat'ed "
+                       "(unverified holders): %s" % (len(unverified), vmid, "; ".join(
+                           describe_unverified(p) for p in unverified[:8])))
+    for p in sample.get("other_unverified_holders", []):
+        notes.append("unverified holder outside CT %s, not judged for it: %s" % (vmid, describe_unverified(p)))
     stuck = sample.get("ct_stuck", [])
     if stuck:
         reasons.append("%d process(es) of CT %s stuck: %s" % (

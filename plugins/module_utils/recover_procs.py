@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+import stat
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import NVIDIA_MAJOR, list_nvidia_devices
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import join_root, parse_proc_cgroup, read_text
@@ -43,6 +44,22 @@ _CT_CGROUP_RES = (
 )
 
 SHM_LEFTOVER_RE = re.compile(r"^(?:nccl-|psm_|sgl_|sglang|torch_)")
+
+# What a holder's fd must say before it is examined: a node path under /dev (any name there: a tenant can rename or
+# hard-link its passed-through node inside its own /dev tmpfs). The text is a path in the holder's mount namespace,
+# chosen by whoever mounted there; it decides nothing but whether the fd is looked at.
+DEV_PATH_PREFIX = "/dev/"
+NVIDIA_PATH_PREFIX = "/dev/nvidia"
+# Filesystems whose inodes the host kernel describes by itself: a stat (getattr) there never waits on a server that
+# a tenant or a host user runs (FUSE, or an overlay over it, waits for its server's answer, uninterruptibly once the
+# server has read the request: fs/fuse/dev.c request_wait_answer). Device nodes live on these in a PVE container
+# (its /dev is a tmpfs; passed-through nodes are made there or bind-mounted from the host's devtmpfs) and on the host.
+STAT_SAFE_FSTYPES = frozenset({"devtmpfs", "tmpfs"})
+# Where a path may be walked (lookup, readdir) on a container's behalf: the same, and the local disk filesystems a
+# PVE container's root lives on. Anything else (fuse.*, overlay, nfs, 9p ...) may wait on a server.
+WALK_SAFE_FSTYPES = STAT_SAFE_FSTYPES | frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs"})
+# Held fds examined at once (each is an O_PATH reference, pinning its mount while the mount table is read).
+_FD_BATCH = 256
 
 
 # --------------------------------------------------------------------------- which container, which process
@@ -191,6 +208,114 @@ def parse_fdinfo_mnt_id(text: Optional[str]) -> Optional[int]:
     return None
 
 
+def fuse_connection_number(major: int, minor: int) -> int:
+    """The name of a FUSE connection under /sys/fs/fuse/connections: the superblock's device number as the kernel
+    holds it, ``(major << 20) | minor`` (fs/fuse/control.c names the directory ``"%u", fc->dev``, and fc->dev is
+    sb->s_dev, a kernel dev_t: MINORBITS 20). A plain FUSE mount has major 0 (an anonymous device), so it is its
+    minor; a fuseblk mount has its block device's major."""
+    return (int(major) << 20) | int(minor)
+
+
+# --------------------------------------------------------------------------- held fds, examined without blocking
+
+
+def _own_fd_mnt_id(fd: int) -> Optional[int]:
+    """The mount id of one of this process's own fds (/proc/self/fdinfo; an O_PATH file has no show_fdinfo of its own,
+    so the kernel answers from the file's mount alone)."""
+    return parse_fdinfo_mnt_id(read_text("/proc/self/fdinfo/%d" % fd))
+
+
+def _mounts_by_id(pid: int, root: str) -> dict[int, dict[str, Any]]:
+    return {m["mount_id"]: m for m in parse_mountinfo(read_text(join_root(root, "/proc/%d/mountinfo" % pid)))}
+
+
+def held_files(pid: int, root: str = "/", want: Optional[str] = DEV_PATH_PREFIX) -> Iterator[dict[str, Any]]:
+    """The files a process has open whose fd link text starts with ``want`` (every path when None), each with the
+    mount it is on, found without one call that a filesystem's server answers.
+
+    Each fd is opened with O_PATH through /proc/PID/fd/N (the magic link is followed by the kernel, no lookup and no
+    open of the file's own filesystem is made), so this process holds a reference of its own: the fd cannot be swapped
+    under it, and the file's mount stays pinned. Its mount id comes from /proc/self/fdinfo (Linux 3.15 and later), and
+    its filesystem from the process's /proc/PID/mountinfo read after the fds are held (a mount id is reused once its
+    mount is freed, never while one is held). A mount the process's table does not show (another namespace, lazily
+    unmounted) is None. Yields {"fd", "path", "mount", "stat"}: "stat" is the fstat of the file when its mount's
+    filesystem is in STAT_SAFE_FSTYPES, else None (never asked for)."""
+    fd_dir = join_root(root, "/proc/%d/fd" % pid)
+    try:
+        names = sorted((n for n in os.listdir(fd_dir) if n.isdigit()), key=int)
+    except OSError:
+        return
+    chosen = []
+    for name in names:
+        target = _readlink(os.path.join(fd_dir, name))
+        if target is not None and (want is None or target.startswith(want)):
+            chosen.append(name)
+    for start in range(0, len(chosen), _FD_BATCH):
+        held: list[tuple[str, int]] = []
+        try:
+            for name in chosen[start:start + _FD_BATCH]:
+                try:
+                    held.append((name, os.open(os.path.join(fd_dir, name), os.O_PATH | os.O_CLOEXEC)))
+                except OSError:
+                    continue  # closed meanwhile, or the process is gone
+            if not held:
+                continue
+            mounts = _mounts_by_id(pid, root)
+            for name, own in held:
+                path = _readlink("/proc/self/fd/%d" % own)
+                if path is None or (want is not None and not path.startswith(want)):
+                    continue  # the fd now names another file: judged by what it is now, or not at all
+                mount = mounts.get(_own_fd_mnt_id(own))
+                st = None
+                if mount is not None and mount["fstype"] in STAT_SAFE_FSTYPES:
+                    try:
+                        st = os.fstat(own)
+                    except OSError:
+                        st = None
+                yield {"fd": int(name), "path": path, "mount": mount, "stat": st}
+        finally:
+            for _name, own in held:
+                os.close(own)
+
+
+def _describe_mount(mount: Optional[dict[str, Any]]) -> dict[str, Any]:
+    if mount is None:
+        return {"fstype": None, "mount_point": None, "mount_id": None}
+    return {"fstype": mount["fstype"], "mount_point": mount["mount_point"], "mount_id": mount["mount_id"]}
+
+
+def nvidia_fds(pid: int, root: str = "/", uvm_majors: Iterable[int] = (),
+               claim_prefix: str = NVIDIA_PATH_PREFIX) -> dict[str, Any]:
+    """What a process holds of the NVIDIA devices, from its fd table (held_files).
+
+    A file under /dev on a devtmpfs or tmpfs is stat'ed and judged by its device number, whatever its name. A file
+    whose path claims /dev/nvidia* on any other filesystem (a FUSE mount at /dev/nvidia-x, an overlay, a mount this
+    process's table does not show) is never stat'ed, since that could wait forever on the filesystem's server: it is
+    an unverified holder, reported with its path and filesystem. It cannot be an open NVIDIA device unless that
+    filesystem was mounted by root of the host (a mount made in a user namespace never opens device nodes,
+    SB_I_NODEV), so it decides nothing for the GPUs of another container; see recover_gate for what it does decide.
+
+    Returns {"gpus": [minor], "kinds": ["gpu", "ctl", "modeset", "uvm"], "unverified": [{"fd", "path", "fstype",
+    "mount_point", "mount_id"}]}. ``claim_prefix``: the paths that claim a device (tests use another)."""
+    majors = set(uvm_majors)
+    gpus: set[int] = set()
+    kinds: set[str] = set()
+    unverified: list[dict[str, Any]] = []
+    for held in held_files(pid, root, DEV_PATH_PREFIX if claim_prefix.startswith(DEV_PATH_PREFIX) else "/"):
+        st = held["stat"]
+        if st is not None:
+            if stat.S_ISCHR(st.st_mode):
+                kind = nvidia_device_kind(os.major(st.st_rdev), os.minor(st.st_rdev), majors)
+                if kind is not None:
+                    kinds.add(kind)
+                    if kind == "gpu":
+                        gpus.add(os.minor(st.st_rdev))
+            continue
+        if held["path"].startswith(claim_prefix):
+            unverified.append(dict({"fd": held["fd"], "path": held["path"]}, **_describe_mount(held["mount"])))
+    return {"gpus": sorted(gpus), "kinds": sorted(kinds), "unverified": unverified}
+
+
 # --------------------------------------------------------------------------- process classification
 
 
@@ -264,13 +389,12 @@ def uvm_majors(root: str = "/") -> list[int]:
 # --------------------------------------------------------------------------- collectors (read-only)
 
 
-def read_process(pid: int, root: str = "/", uvm_majors: Iterable[int] = (), deep: bool = True,
-                 stat_fn: Callable[[str], os.stat_result] = os.stat) -> Optional[dict[str, Any]]:
+def read_process(pid: int, root: str = "/", uvm_majors: Iterable[int] = (), deep: bool = True) -> Optional[dict[str, Any]]:
     """Everything recovery needs about one host PID, or None if it is gone.
 
-    GPU holding is judged from the fd table only (readlink first; only ``/dev/nvidia*`` targets are
-    stat'ed, so a hung FUSE file is never touched). /proc/PID/maps is not read: reading it takes the
-    task's mmap lock, which a stuck task may hold (unconfirmed: a reader of a stuck task's state can hang too).
+    GPU holding is judged from the fd table only (nvidia_fds: a file is stat'ed only on a devtmpfs or tmpfs, never
+    on a filesystem a server answers for, such as FUSE). /proc/PID/maps, cmdline and environ are not read: reading
+    them takes the task's mmap lock and may fault in a page of a file the process mapped, from FUSE too.
     """
     base = join_root(root, "/proc/%d" % pid)
     st = read_stat(pid, root)
@@ -281,30 +405,12 @@ def read_process(pid: int, root: str = "/", uvm_majors: Iterable[int] = (), deep
     proc["vmid"] = container_of_cgroup(cgroup_text)
     proc["cgroup"] = parse_proc_cgroup(cgroup_text)
     proc["nspid"] = parse_nspid(read_text(base + "/status"))
-    gpus: set[int] = set()
-    kinds: set[str] = set()
-    fd_dir = base + "/fd"
-    try:
-        fds = os.listdir(fd_dir)
-    except OSError:
-        fds = []
-    for fd in fds:
-        target = _readlink(os.path.join(fd_dir, fd))
-        if not target or not target.startswith("/dev/nvidia"):
-            continue
-        try:
-            fst = stat_fn(os.path.join(fd_dir, fd))
-        except OSError:
-            continue
-        kind = nvidia_device_kind(os.major(fst.st_rdev), os.minor(fst.st_rdev), uvm_majors)
-        if kind is None:
-            continue
-        kinds.add(kind)
-        if kind == "gpu":
-            gpus.add(os.minor(fst.st_rdev))
-    proc["gpu_fds"] = sorted(gpus)
-    proc["nvidia_fd_kinds"] = sorted(kinds)
-    proc["holds_nvidia"] = bool(kinds)
+    held = nvidia_fds(pid, root, uvm_majors)
+    proc["gpu_fds"] = held["gpus"]
+    proc["nvidia_fd_kinds"] = held["kinds"]
+    proc["holds_nvidia"] = bool(held["kinds"])
+    proc["unverified_nvidia_fds"] = held["unverified"]
+    proc["holds_unverified"] = bool(held["unverified"])
     task_states: list[str] = []
     try:
         tids = [t for t in os.listdir(base + "/task") if t.isdigit() and int(t) != pid]
@@ -330,18 +436,19 @@ def read_process(pid: int, root: str = "/", uvm_majors: Iterable[int] = (), deep
     return proc
 
 
-def scan_processes(vmid: int, root: str = "/", uvm_majors: Iterable[int] = (),
-                   stat_fn: Callable[[str], os.stat_result] = os.stat) -> dict[str, Any]:
+def scan_processes(vmid: int, root: str = "/", uvm_majors: Iterable[int] = ()) -> dict[str, Any]:
     """Host-wide scan: the container's processes and every process (any owner) holding /dev/nvidia*.
 
     Returns {"container": [procs of vmid], "nvidia_holders": [procs holding nvidia fds, any owner],
+    "unverified_holders": [procs with a /dev/nvidia* path on a filesystem not stat'ed, any owner (nvidia_fds)],
     "all": [every process on the host]} ("all" is what ``pids_to_signal`` must judge process groups by).
     """
     container: list[dict[str, Any]] = []
     holders: list[dict[str, Any]] = []
+    unverified: list[dict[str, Any]] = []
     everyone: list[dict[str, Any]] = []
     for pid in list_pids(root):
-        proc = read_process(pid, root, uvm_majors, deep=True, stat_fn=stat_fn)
+        proc = read_process(pid, root, uvm_majors, deep=True)
         if proc is None:
             continue
         everyone.append(proc)
@@ -349,7 +456,17 @@ def scan_processes(vmid: int, root: str = "/", uvm_majors: Iterable[int] = (),
             container.append(proc)
         if proc["holds_nvidia"]:
             holders.append(proc)
-    return {"container": container, "nvidia_holders": holders, "all": everyone}
+        if proc["holds_unverified"]:
+            unverified.append(proc)
+    return {"container": container, "nvidia_holders": holders, "unverified_holders": unverified, "all": everyone}
+
+
+def describe_unverified(proc: dict[str, Any]) -> str:
+    """One line naming an unverified holder: PID/comm (CT or host), each fd's path and filesystem."""
+    owner = "CT %s" % proc["vmid"] if proc.get("vmid") is not None else "host"
+    fds = ", ".join("fd %d %s on %s" % (u["fd"], u["path"], u["fstype"] or "a mount outside its mount table")
+                    for u in proc.get("unverified_nvidia_fds") or [])
+    return "%d/%s (%s): %s" % (proc["pid"], proc["comm"], owner, fds)
 
 
 def _is_fuse(fstype: str) -> bool:
@@ -357,22 +474,18 @@ def _is_fuse(fstype: str) -> bool:
 
 
 def fuse_connections_of(pid: int, root: str = "/") -> list[dict[str, Any]]:
-    """FUSE connections a process has files open on, found without touching the files:
-    /proc/PID/fdinfo/N gives the mount id, /proc/PID/mountinfo gives that mount's fstype and
-    device (``0:N``: N is the connection number under /sys/fs/fuse/connections)."""
-    base = join_root(root, "/proc/%d" % pid)
-    mounts = {m["mount_id"]: m for m in parse_mountinfo(read_text(base + "/mountinfo"))}
+    """FUSE connections a process has files open on, found without touching the files (held_files: each fd held with
+    O_PATH, its mount from /proc/self/fdinfo and the process's mountinfo; the process's own /proc/PID/fdinfo is not
+    read, since an epoll fd's fdinfo takes the epoll's mutex, which a thread waiting on FUSE in epoll_ctl holds).
+    ``conn`` is the number under /sys/fs/fuse/connections (fuse_connection_number), ``device`` the ``major:minor``
+    of the mount."""
     found: dict[int, dict[str, Any]] = {}
-    try:
-        fds = os.listdir(base + "/fdinfo")
-    except OSError:
-        fds = []
-    for fd in fds:
-        mnt_id = parse_fdinfo_mnt_id(read_text(base + "/fdinfo/" + fd))
-        mount = mounts.get(mnt_id) if mnt_id is not None else None
+    for held in held_files(pid, root, "/"):
+        mount = held["mount"]
         if mount and _is_fuse(mount["fstype"]):
-            found[mount["minor"]] = {
-                "conn": mount["minor"],
+            conn = fuse_connection_number(mount["major"], mount["minor"])
+            found[conn] = {
+                "conn": conn,
                 "device": "%d:%d" % (mount["major"], mount["minor"]),
                 "mount_point": mount["mount_point"],
                 "fstype": mount["fstype"],
@@ -391,13 +504,56 @@ def host_fuse_devices(root: str = "/") -> set[str]:
     }
 
 
-def shm_leftovers(init_pid: Optional[int], root: str = "/") -> list[str]:
-    """Typical leaked segments (nccl-*, psm_*, sgl_*) in the container's /dev/shm, read from the host
-    through /proc/<init>/root."""
-    if not init_pid:
-        return []
+def _walk_safe(pid: int, parts: Sequence[str], root: str) -> tuple[Optional[int], Optional[str]]:
+    """An fd (O_PATH) of the directory ``parts`` below the root of process ``pid``, reached one component at a time,
+    each looked up only in a directory whose filesystem is in WALK_SAFE_FSTYPES (checked on the held fd against the
+    process's mount table read after it is held), no symlink followed. Returns (fd, None) or (None, why)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
     try:
-        names = os.listdir(join_root(root, "/proc/%d/root/dev/shm" % init_pid))
-    except OSError:
-        return []
-    return sorted(n for n in names if SHM_LEFTOVER_RE.match(n))
+        fd = os.open(join_root(root, "/proc/%d/root" % pid), flags)
+    except OSError as exc:
+        return None, "its root cannot be opened (%s)" % exc.strerror
+    where = "/"
+    for i in range(len(parts) + 1):
+        mount = _mounts_by_id(pid, root).get(_own_fd_mnt_id(fd))
+        if mount is None or mount["fstype"] not in WALK_SAFE_FSTYPES:
+            os.close(fd)
+            return None, "%s is on %s, which is not walked (its server could make the walk wait forever)" % (
+                where, mount["fstype"] if mount else "a mount outside its mount table")
+        if i == len(parts):
+            return fd, None
+        try:
+            nxt = os.open(parts[i], flags | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            return None, "%s/%s cannot be opened as a directory (%s)" % (where.rstrip("/"), parts[i], exc.strerror)
+        os.close(fd)
+        fd, where = nxt, where.rstrip("/") + "/" + parts[i]
+    return None, "unreachable"
+
+
+def shm_listing(init_pid: Optional[int], root: str = "/") -> tuple[list[str], Optional[str]]:
+    """The names in the container's /dev/shm, read from the host through /proc/<init>/root without a lookup or a
+    readdir on a filesystem a server answers for (_walk_safe), and why it was not read (None when it was)."""
+    if not init_pid:
+        return [], None
+    fd, why = _walk_safe(init_pid, ("dev", "shm"), root)
+    if fd is None:
+        return [], "/dev/shm of the container not listed: %s" % why
+    try:
+        dirfd = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        return [], "/dev/shm of the container not listed: %s" % exc.strerror
+    finally:
+        os.close(fd)
+    try:
+        return sorted(os.listdir(dirfd)), None
+    except OSError as exc:
+        return [], "/dev/shm of the container not listed: %s" % exc.strerror
+    finally:
+        os.close(dirfd)
+
+
+def shm_leftovers(init_pid: Optional[int], root: str = "/") -> list[str]:
+    """Typical leaked segments (nccl-*, psm_*, sgl_*) in the container's /dev/shm (shm_listing)."""
+    return [n for n in shm_listing(init_pid, root)[0] if SHM_LEFTOVER_RE.match(n)]

@@ -87,24 +87,30 @@ waited:
   type: float
 """
 
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline as rb
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 
+# Seconds each nvidia-smi call may take: then it and every process of its session are killed (bounded_command).
+COMMAND_TIMEOUT_S = 30
+
 
 def read_state(module, smi):
     """(gpu rows, compute apps with their owners) from nvidia-smi; fails the module when nvidia-smi does."""
-    tbin = module.get_bin_path("timeout")
-    pre = [tbin, "-k", "5", "30"] if tbin else []
-    rc, out, err = module.run_command(pre + gpu_facts.gpu_query_args(smi), environ_update={"LC_ALL": "C"})
+    rc, out, err = module.run_command(bounded_command.argv(sys.executable, COMMAND_TIMEOUT_S, gpu_facts.gpu_query_args(smi)),
+                                      environ_update={"LC_ALL": "C"})
     if rc != 0:
         module.fail_json(msg="nvidia-smi --query-gpu failed (rc %d): %s" % (rc, (err or out).strip()))
     rows = gpu_facts.parse_gpu_csv(out)
-    rc, out, err = module.run_command(pre + gpu_facts.compute_apps_query_args(smi), environ_update={"LC_ALL": "C"})
+    rc, out, err = module.run_command(bounded_command.argv(sys.executable, COMMAND_TIMEOUT_S,
+                                                           gpu_facts.compute_apps_query_args(smi)),
+                                      environ_update={"LC_ALL": "C"})
     if rc != 0:
         module.fail_json(msg="nvidia-smi --query-compute-apps failed (rc %d): %s" % (rc, (err or out).strip()))
     apps = [dict(app, owner=procs.container_of_pid(app["pid"]) if app.get("pid") else "gone")

@@ -21,6 +21,12 @@ description:
   - Every host process is scanned once; the container's processes are classified (running, zombie, zombie
     with live threads, D state on FUSE, NFS, in the NVIDIA driver, or unknown, from C(wchan) and
     C(/proc/PID/stack)), and those holding C(/dev/nvidia*) (fd table, matched by device number) are listed.
+  - Nothing it reads can make it wait on a filesystem a tenant serves. A holder's fd is stat'ed only when its mount
+    (from C(/proc/self/fdinfo) of an C(O_PATH) copy, and the holder's C(/proc/PID/mountinfo)) is a devtmpfs or tmpfs;
+    a C(/dev/nvidia*) path on any other filesystem (a FUSE mount at C(/dev/nvidia-x)) is an unverified holder: named
+    in RV(evidence.unverified_holders), a holder of its own container (never Clean), a note for any other. The
+    container's C(/dev/shm) is listed only through directories on local filesystems. Every command runs under a
+    supervisor that kills it at O(command_timeout), whatever it starts.
   - Host memory (MemAvailable, Shmem, Mlocked) through the parser of M(inferops.gpu_inference.gpu_host_facts),
     the container's cgroup memory and OOM-kill count, leaked C(/dev/shm) segments in the container, the
     state of the service inside it (C(pct exec <vmid> -- systemctl show)), recent kernel Xid/OOM/hung-task
@@ -94,7 +100,7 @@ options:
     type: int
     default: 0
   command_timeout:
-    description: Seconds each C(nvidia-smi) and C(pct) call may take (run under C(timeout)).
+    description: Seconds each C(nvidia-smi) and C(pct) call may take (then it and every process of its session are killed).
     type: int
     default: 30
   kernel_log:
@@ -262,7 +268,9 @@ findings:
 evidence:
   description:
     - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
-      ct_holders, ct_stuck, other_gpu_holders, host_memory, host_judgement, baseline, kernel_log (its lines,
+      ct_holders, ct_stuck, other_gpu_holders, unverified_holders (processes, of the container or not, with a
+      C(/dev/nvidia*) path on a filesystem the scan never stats, such as FUSE: PID/comm, owner, each fd's path and
+      filesystem), host_memory, host_judgement, baseline, kernel_log (its lines,
       oom_kills_in_container and oom_kill_last_seq, the /dev/kmsg sequence number of the container's newest OOM kill
       record, each kill attributed by the task_memcg field of the kernel's C(oom-kill:) record only, never by the
       task's name; oom_kills_ambiguous, records that read more than one way and are attributed to no container),
@@ -271,10 +279,12 @@ evidence:
   type: dict
 """
 
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
@@ -287,18 +297,18 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text i
 
 
 class Runner:
-    """Runs commands under coreutils timeout and remembers which ones hung."""
+    """Runs commands under the bounded supervisor (bounded_command: nothing the command starts, a container's own
+    binary behind pct exec included, can hold the module past the timeout) and says which ones ran out."""
 
     def __init__(self, module, timeout):
         self.module = module
         self.timeout = timeout
-        self.timeout_bin = module.get_bin_path("timeout")
 
     def run(self, args, timeout=None):
         t = int(timeout or self.timeout)
-        argv = [self.timeout_bin, "-k", "5", str(t)] + list(args) if self.timeout_bin else list(args)
-        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
-        return rc, out, err, rc in (124, 137) and self.timeout_bin is not None
+        rc, out, err = self.module.run_command(bounded_command.argv(sys.executable, t, args),
+                                               environ_update={"LC_ALL": "C"})
+        return rc, out, err, bounded_command.timed_out(rc)
 
 
 # --------------------------------------------------------------------------- readings (nothing here judges)
@@ -332,8 +342,8 @@ def read_gpus(runner, smi, hung_before=False):
 
 
 def _slim(proc):
-    keys = ("pid", "comm", "state", "class", "pgid", "nspid", "gpu_fds", "nvidia_fd_kinds", "wchan", "stack",
-            "threads", "task_states", "vmid")
+    keys = ("pid", "comm", "state", "class", "pgid", "nspid", "gpu_fds", "nvidia_fd_kinds", "unverified_nvidia_fds",
+            "wchan", "stack", "threads", "task_states", "vmid")
     return {k: proc.get(k) for k in keys}
 
 
@@ -393,10 +403,13 @@ def take_sample(runner, smi, vmid, container, uvm_majors, init_pid=None):
         "nvidia_smi_hung": hung,
         "recovery_actions": recovery,
         "ct_processes": ct_procs,
-        "ct_holders": [x for x in ct_procs if x["holds_nvidia"]],
+        # A process of the container with a /dev/nvidia* path on a filesystem that is not stat'ed (recover_procs
+        # nvidia_fds) is one of its holders: unverified, so never taken as idle.
+        "ct_holders": [x for x in ct_procs if x["holds_nvidia"] or x["holds_unverified"]],
         "ct_stuck": [x for x in ct_procs if x["class"] not in ("running", "zombie")],
         "other_gpu_holders": [x for x in scan["nvidia_holders"]
                               if x["vmid"] != vmid and set(x["gpu_fds"]) & set(container["gpu_minors"])],
+        "other_unverified_holders": [x for x in scan["unverified_holders"] if x["vmid"] != vmid],
         "host_memory": host_memory,
         "ct_memory_usage_bytes": pve.container_memory(vmid, init_pid, "/")["memory_usage_bytes"],
     }
@@ -516,6 +529,9 @@ def read_nvlink(runner, smi, gpus, notes):
 def diagnose(module):
     p = module.params
     vmid = p["vmid"]
+    if p["command_timeout"] < 1:
+        module.fail_json(msg="command_timeout must be at least 1 (seconds each command may take), got %d"
+                         % p["command_timeout"])
     runner = Runner(module, p["command_timeout"])
     smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
@@ -542,7 +558,10 @@ def diagnose(module):
             break
     kernel, kernel_evidence = read_kernel(p, kmsg_start)
     ct_memory = pve.container_memory(vmid, container["init_pid"], "/")
-    shm = procs.shm_leftovers(container["init_pid"], "/")
+    shm_names, shm_why = procs.shm_listing(container["init_pid"], "/")
+    shm = [n for n in shm_names if procs.SHM_LEFTOVER_RE.match(n)]
+    if shm_why:
+        notes.append(shm_why)
     if shm:
         notes.append("leftover /dev/shm segments in CT %d: %s" % (vmid, ", ".join(shm[:10])))
     nvlink = read_nvlink(runner, smi, container["gpus"], notes)
@@ -570,6 +589,8 @@ def diagnose(module):
         "ct_stuck": [_slim(x) for x in judged.stuck],
         "fuse_connections": {str(k): v for k, v in fuse.items()},
         "other_gpu_holders": [_slim(x) for x in last["other_gpu_holders"]],
+        "unverified_holders": [procs.describe_unverified(x) for x in last["ct_holders"] + last["other_unverified_holders"]
+                               if x["holds_unverified"]],
         "host_memory": last["host_memory"],
         "host_judgement": last_eval["host"],
         "baseline": {"path": baseline_path, "present": baseline is not None,

@@ -216,14 +216,23 @@ device_nodes:
 """
 
 import os
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts, recover_pve, recover_smi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command, gpu_facts, recover_pve, recover_smi
+
+# Seconds any command of this module may take: then it and every process of its session are killed (bounded_command).
+COMMAND_TIMEOUT_S = 60
+
+
+def _run(module, argv):
+    return module.run_command(bounded_command.argv(sys.executable, COMMAND_TIMEOUT_S, argv),
+                              environ_update={"LC_ALL": "C"})
 
 
 def _run_nvidia_smi(module, args):
-    rc, out, err = module.run_command(args, environ_update={"LC_ALL": "C"})
+    rc, out, err = _run(module, args)
     if rc != 0:
         detail = (err or out or "").strip() or "no output"
         return None, f"{' '.join(args[:2])} exited with {rc}: {detail}"
@@ -284,7 +293,7 @@ def gather(module, root="/"):
     detect_virt = module.get_bin_path("systemd-detect-virt")
     if detect_virt:
         # Exit status 1 with "none" means "not in a container"; only the output matters.
-        _rc, out, _err = module.run_command([detect_virt, "--container"])
+        _rc, out, _err = _run(module, [detect_virt, "--container"])
         detect_virt_output = out
     result["container"] = gpu_facts.detect_container(root, detect_virt_output)
     result["device_nodes"] = gpu_facts.list_nvidia_devices(root)
@@ -299,7 +308,7 @@ def _containers_memory(module, vmids, root):
     pct = module.get_bin_path("pct", required=True, opt_dirs=["/usr/sbin"])
     out = {}
     for vmid in vmids:
-        rc, text, err = module.run_command([pct, "status", str(vmid), "--verbose"], environ_update={"LC_ALL": "C"})
+        rc, text, err = _run(module, [pct, "status", str(vmid), "--verbose"])
         if rc != 0:
             module.fail_json(msg="pct status %d --verbose failed (%d): %s" % (vmid, rc, (err or text).strip()))
         status = recover_pve.parse_pct_status(text)

@@ -25,7 +25,8 @@ description:
     C(/proc/PID/cgroup) names C(/lxc/<vmid>) (or C(lxc.payload.<vmid>)). The container's init is never signalled;
     C(fuser -k) is never used.
   - O(action=unblock_stuck) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection
-    of the files it has open (C(/proc/PID/fdinfo) mount id -> C(/proc/PID/mountinfo) device C(0:N)), writes C(1) to
+    of the files it has open (each fd held with C(O_PATH), its mount id from C(/proc/self/fdinfo) -> C(/proc/PID/mountinfo)
+    device C(major:minor), connection C((major << 20) | minor) as C(fs/fuse/control.c) names it), writes C(1) to
     C(/sys/fs/fuse/connections/<N>/abort), then SIGKILLs those processes (scoped as above) and waits up to
     O(stuck_timeout) seconds; a connection that is also mounted in the host's mount namespace (lxcfs is one) is never
     aborted. Then it SIGKILLs the container's remaining GPU holders (they may have waited behind the stuck ones).
@@ -38,6 +39,9 @@ description:
     running. Then it resets the container's GPUs with C(nvidia-smi -r) from the host, each GPU only when
     no process at all holds it (its NVLink peers from C(nvidia-smi topo -m) are added and must be free too);
     persistence mode is switched off first and restored afterwards. A GPU with a client is refused and reported.
+    A process on the host or in the container with a C(/dev/nvidia*) path on a filesystem the scan never stats
+    (an unverified holder, see M(inferops.gpu_inference.gpu_diagnose)) refuses every reset; one in another container
+    is named in RV(unverified_holders) only.
   - With O(stop_host_daemons), a host C(nvidia-persistenced) that holds the GPUs' device files (it blocks any reset)
     is stopped first (its systemd unit, else SIGTERM to that process) and started again afterwards (the unit, else
     its own command line), whatever the reset's outcome; the module fails if it does not come back. Any other host
@@ -99,7 +103,9 @@ options:
     type: list
     elements: int
   command_timeout:
-    description: Seconds each C(nvidia-smi) call may take (C(-r) gets three times this).
+    description:
+      - Seconds each C(nvidia-smi), C(pct status), C(pct list), C(pct config) and C(systemctl) call may take (C(-r) gets
+        three times this); then it and every process of its session are killed, whatever it started.
     type: int
     default: 60
   nvidia_smi_path:
@@ -185,6 +191,14 @@ reset:
   returned: when action is reset_gpus
   type: list
   elements: dict
+unverified_holders:
+  description:
+    - Processes (any owner) with a C(/dev/nvidia*) path open on a filesystem the scan never stats (FUSE, an overlay, a
+      mount outside the process's mount table), each as PID/comm, owner, path and filesystem. One on the host or in
+      the container refuses every reset; one in another container is only named (it cannot hold a GPU being reset).
+  returned: when action is reset_gpus
+  type: list
+  elements: str
 daemons:
   description: Host daemons stopped for the reset (name, pid, unit, argv, stopped, restarted, pid_after, error).
   returned: when action is reset_gpus and a reset was attempted
@@ -193,10 +207,12 @@ daemons:
 """
 
 import signal
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
@@ -209,10 +225,14 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import unit_name_message
 
 
+def run_bounded(module, argv, timeout):
+    """``argv`` under the bounded supervisor (bounded_command): killed with every process of its session after
+    ``timeout`` seconds, whatever it starts (a container's own binary behind pct exec included)."""
+    return module.run_command(bounded_command.argv(sys.executable, timeout, argv), environ_update={"LC_ALL": "C"})
+
+
 def run_smi(module, smi, args, timeout):
-    tbin = module.get_bin_path("timeout")
-    argv = ([tbin, "-k", "5", str(timeout)] if tbin else []) + [smi] + args
-    return module.run_command(argv, environ_update={"LC_ALL": "C"})
+    return run_bounded(module, [smi] + args, timeout)
 
 
 def compute_app_pids(module, smi, timeout):
@@ -231,7 +251,7 @@ def ct_init_pid(module, vmid):
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         return None
-    rc, out, err = module.run_command([pct, "status", str(vmid), "--verbose"])
+    rc, out, err = run_bounded(module, [pct, "status", str(vmid), "--verbose"], module.params["command_timeout"])
     return pve.parse_pct_status(out)["pid"] if rc == 0 else None
 
 
@@ -240,9 +260,7 @@ def container_gpu_minors(module, vmid, timeout):
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         return None, "pct not found"
-    tbin = module.get_bin_path("timeout")
-    pre = [tbin, "-k", "5", str(timeout)] if tbin else []
-    rc, out, err = module.run_command(pre + [pct, "config", str(vmid)], environ_update={"LC_ALL": "C"})
+    rc, out, err = run_bounded(module, [pct, "config", str(vmid)], timeout)
     if rc != 0:
         return None, "pct config %d failed (rc %d): %s" % (vmid, rc, (err or out).strip())
     return pve.parse_pct_config_gpus(out), None
@@ -274,16 +292,14 @@ def other_containers_gpus(module, vmid, timeout):
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         return None, "pct not found"
-    tbin = module.get_bin_path("timeout")
-    pre = [tbin, "-k", "5", str(timeout)] if tbin else []
-    rc, out, err = module.run_command(pre + [pct, "list"], environ_update={"LC_ALL": "C"})
+    rc, out, err = run_bounded(module, [pct, "list"], timeout)
     if rc != 0:
         return None, "pct list failed (rc %d): %s" % (rc, (err or out).strip())
     found = {}
     for other, status in sorted(pve.parse_pct_list(out).items()):
         if other == vmid or status != "running":
             continue
-        rc, out, err = module.run_command(pre + [pct, "config", str(other)], environ_update={"LC_ALL": "C"})
+        rc, out, err = run_bounded(module, [pct, "config", str(other)], timeout)
         if rc != 0:
             return None, "pct config %d failed (rc %d): %s" % (other, rc, (err or out).strip())
         found[other] = pve.parse_pct_config_gpus(out)
@@ -324,7 +340,9 @@ def kill_holders(module, vmid, smi, result, term_grace, wait, unit_stop_timed_ou
     scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
     mine = scan["container"]
     app_pids = set(compute_app_pids(module, smi, p["command_timeout"]))
-    targets = [x for x in mine if x["holds_nvidia"] or x["pid"] in app_pids]
+    # A process of the container with a /dev/nvidia* path on a filesystem the scan never stats is one of its holders
+    # (unverified: recover_procs.nvidia_fds).
+    targets = [x for x in mine if x["holds_nvidia"] or x.get("holds_unverified") or x["pid"] in app_pids]
     # Compute apps outside the container are reported, never touched.
     outside = sorted(app_pids - {x["pid"] for x in mine})
     for pid in outside:
@@ -417,14 +435,12 @@ def unblock_stuck(module, vmid, smi, result):
 # --------------------------------------------------------------------------- rungs run through pct
 
 def pct_command(module, args, timeout, result, changed=True):
-    """Run ``pct ARGS`` under timeout(1) (SIGKILL 5 s after ``timeout``); recorded in result["commands"]."""
+    """Run ``pct ARGS`` bounded by ``timeout`` (run_bounded); recorded in result["commands"]."""
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         module.fail_json(msg="pct not found: gpu_recover_action runs on the Proxmox VE node", **result)
-    tbin = module.get_bin_path("timeout")
-    argv = ([tbin, "-k", "5", str(timeout)] if tbin else []) + [pct] + [str(a) for a in args]
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-    entry = {"command": "pct " + " ".join(str(a) for a in args), "rc": rc, "timed_out": rc in (124, 137),
+    rc, out, err = run_bounded(module, [pct] + [str(a) for a in args], timeout)
+    entry = {"command": "pct " + " ".join(str(a) for a in args), "rc": rc, "timed_out": bounded_command.timed_out(rc),
              "output": ((out or "") + (err or ""))[-500:]}
     result["commands"].append(entry)
     if changed:
@@ -513,7 +529,17 @@ def reset_gpus(module, vmid, smi, result):
     result["gpu_numbering"] = {str(i): {"minor": m, "pci_bus_id": numbering["bus_of_index"].get(i)}
                                for i, m in sorted(numbering["minor_of_index"].items())}
     # Clients: any process (any owner) with the GPU's node open, any compute app on it.
-    holders = by_index(procs.scan_processes(vmid, "/", procs.uvm_majors())["nvidia_holders"], numbering)
+    scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
+    holders = by_index(scan["nvidia_holders"], numbering)
+    # A /dev/nvidia* path on a filesystem the scan never stats (a FUSE mount at /dev/nvidia-x) is an unverified
+    # holder. On the host or in this container it may be a client of any GPU: every reset is refused while it is
+    # there. In another container it cannot hold a GPU being reset: a container opens only the devices its
+    # configuration passes (a mount made in its user namespace opens no device node), and a GPU another running
+    # container has is never reset (recover_scope.reset_conflicts); it is named, not obeyed, so that a neighbour
+    # cannot hold back this container's reset.
+    unverified = scan.get("unverified_holders", [])
+    blocking = [h for h in unverified if h["vmid"] is None or h["vmid"] == vmid]
+    result["unverified_holders"] = [procs.describe_unverified(h) for h in unverified]
     # Host daemons that hold every GPU (nvidia-persistenced) are stopped for the reset and started again; every
     # other holder is a client that blocks the reset of its GPUs (recover_daemons).
     split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"])
@@ -548,6 +574,11 @@ def reset_gpus(module, vmid, smi, result):
     for conflict in conflicts:
         result["refused"].append({"gpus": conflict["gpus"], "why": recover_scope.describe_conflict(conflict)})
     groups = [g for g in groups if g not in [c["gpus"] for c in conflicts]]
+    if blocking:
+        result["refused"].extend({"gpus": group, "why": "unverified holder(s) on the host or in CT %d, which may be "
+                                  "clients of any GPU: %s" % (vmid, "; ".join(procs.describe_unverified(h) for h in blocking))}
+                                 for group in groups)
+        groups = []
     plan = []
     for group in groups:
         missing = [g for g in group if g not in rows]
@@ -600,7 +631,7 @@ def stop_daemon(module, d):
     """Stop a host daemon that holds the GPUs: its systemd unit, else SIGTERM to that very process (pidfd)."""
     systemctl = module.get_bin_path("systemctl") if d.get("unit") else None
     if systemctl:
-        rc, out, err = module.run_command([systemctl, "stop", d["unit"]])
+        rc, out, err = run_bounded(module, [systemctl, "stop", d["unit"]], module.params["command_timeout"])
         if rc != 0:
             d["error"] = "systemctl stop %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
     else:
@@ -614,9 +645,10 @@ def stop_daemon(module, d):
 def start_daemon(module, d):
     """Start a stopped daemon again as it ran, and wait until a new instance holds the GPUs again."""
     if d.get("unit") and module.get_bin_path("systemctl"):
-        rc, out, err = module.run_command([module.get_bin_path("systemctl"), "start", d["unit"]])
+        rc, out, err = run_bounded(module, [module.get_bin_path("systemctl"), "start", d["unit"]],
+                                   module.params["command_timeout"])
     elif d.get("argv"):
-        rc, out, err = module.run_command(d["argv"])
+        rc, out, err = run_bounded(module, d["argv"], module.params["command_timeout"])
     else:
         rc, out, err = 1, "", "no command line recorded"
     if rc != 0:

@@ -380,3 +380,26 @@ def test_judge_settles_a_verification_by_the_graces():
     late = judged([s, s], after_rung=1, elapsed_s=15, release_grace_s=15)
     assert late.settled and late.settled_reason.startswith("not released after 15 s")
     assert (judged([s, s]).settled, judged([s, s]).settled_reason) == (False, "not clean")  # not a verification
+
+
+def _unverified(pid, vmid):
+    return {"pid": pid, "comm": "cat", "vmid": vmid, "holds_nvidia": False, "holds_unverified": True,
+            "class": "running", "starttime": 5, "unverified_nvidia_fds": [
+                {"fd": 3, "path": "/dev/nvidia-x/blob", "fstype": "fuse.x", "mount_point": "/dev/nvidia-x",
+                 "mount_id": 900}]}
+
+
+def test_an_unverified_holder_of_the_container_is_a_holder_never_clean():
+    j = judged([sample(ct_holders=[_unverified(901, 131)])])
+    assert j.verdict == "Not clean" and j.findings["holders"] == 1
+    assert ("1 process(es) of CT 131 have a /dev/nvidia* path open on a filesystem that is not stat'ed (unverified "
+            "holders): 901/cat (CT 131): fd 3 /dev/nvidia-x/blob on fuse.x") in j.reasons
+    assert not any("hold /dev/nvidia*:" in r for r in j.reasons)
+    assert j.rung == gate.RUNG_KILL_HOLDERS
+
+
+def test_an_unverified_holder_outside_the_container_is_only_a_note():
+    j = judged([sample(other_unverified_holders=[_unverified(902, 186)])])
+    assert j.verdict == "Clean" and j.reasons == []
+    assert ("unverified holder outside CT 131, not judged for it: 902/cat (CT 186): fd 3 /dev/nvidia-x/blob on "
+            "fuse.x") in j.notes

@@ -91,16 +91,50 @@ def test_parse_mountinfo_and_fdinfo():
     assert procs.parse_fdinfo_mnt_id("pos: 0\n") is None
 
 
-def test_fuse_connections_of_uses_fdinfo_mount_ids(tmp_path):
-    fake_proc(tmp_path, 77, {
-        "mountinfo": "135 130 0:82 / /run/lab-stuckfs rw - fuse.lab-stuckfs lab-stuckfs rw\n"
-                     "43 27 0:41 / /proc/meminfo rw - fuse.lxcfs lxcfs rw\n30 1 8:1 / / rw - ext4 /dev/sda1 rw\n",
-        "fdinfo/3": "pos:\t0\nmnt_id:\t135\n",
-        "fdinfo/4": "pos:\t0\nmnt_id:\t30\n",
-    })
+def real_mount_line(path, **change):
+    """The line of /proc/self/mountinfo for the mount ``path`` is on, as the kernel gives it (the mount id of an
+    O_PATH fd of it, from /proc/self/fdinfo), with fields replaced for a fake node: fstype, dev ("major:minor")."""
+    fd = os.open(path, os.O_PATH)
+    try:
+        mnt_id = procs.parse_fdinfo_mnt_id(open("/proc/self/fdinfo/%d" % fd).read())
+    finally:
+        os.close(fd)
+    line = next(ln for ln in open("/proc/self/mountinfo").read().splitlines() if ln.split()[0] == str(mnt_id))
+    left, _sep, right = line.partition(" - ")
+    lf, rf = left.split(), right.split()
+    if "dev" in change:
+        lf[2] = change["dev"]
+    if "fstype" in change:
+        rf[0] = change["fstype"]
+    return " ".join(lf) + " - " + " ".join(rf) + "\n", mnt_id
+
+
+def test_fuse_connection_number_is_the_kernel_dev_t():
+    # fs/fuse/control.c: the directory is fc->dev (sb->s_dev), MKDEV(major, minor) = major << 20 | minor.
+    assert procs.fuse_connection_number(0, 82) == 82
+    assert procs.fuse_connection_number(8, 1) == 8388609
+    assert procs.fuse_connection_number(259, 3) == (259 << 20) + 3
+
+
+def test_fuse_connections_of_uses_the_mount_of_each_held_fd(tmp_path):
+    """Real files held through the fd links; the mount table names their mounts FUSE (a plain FUSE mount 0:82, a
+    fuseblk one on 8:1): the connection numbers are the kernel's dev_t, not the minor."""
+    (tmp_path / "a").write_text("")
+    blk = tmp_path / "sub"
+    blk.mkdir()
+    (blk / "b").write_text("")
+    line_a, id_a = real_mount_line(str(tmp_path / "a"), fstype="fuse.lab-stuckfs", dev="0:82")
+    fake_proc(tmp_path, 77, {"mountinfo": line_a})
+    (tmp_path / "proc/77/fd").mkdir()
+    os.symlink(str(tmp_path / "a"), tmp_path / "proc/77/fd/3")
+    os.symlink("pipe:[1234]", tmp_path / "proc/77/fd/4")
     conns = procs.fuse_connections_of(77, str(tmp_path))
-    assert [c["conn"] for c in conns] == [82]
-    assert conns[0]["fstype"] == "fuse.lab-stuckfs"
+    assert [(c["conn"], c["device"], c["fstype"]) for c in conns] == [(82, "0:82", "fuse.lab-stuckfs")]
+    (tmp_path / "proc/77/mountinfo").write_text(line_a.replace(" fuse.lab-stuckfs ", " fuseblk ").replace(" 0:82 ", " 8:1 "))
+    assert [(c["conn"], c["device"]) for c in procs.fuse_connections_of(77, str(tmp_path))] == [(8388609, "8:1")]
+    # A mount the process's table does not show is no connection of it.
+    (tmp_path / "proc/77/mountinfo").write_text("%d 1 0:99 / / rw - ext4 /dev/x rw\n" % (id_a + 100000))
+    assert procs.fuse_connections_of(77, str(tmp_path)) == []
     fake_proc(tmp_path, 1, {"mountinfo": "43 27 0:41 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw\n"})
     assert procs.host_fuse_devices(str(tmp_path)) == {"0:41"}
 
@@ -115,36 +149,94 @@ def test_parse_proc_devices():
 
 
 def test_read_process(tmp_path):
+    """The fds are real files held through the fake node's fd links: /dev/null (a character device on the devtmpfs
+    or tmpfs /dev, 1:3, which major 1 makes an NVIDIA "uvm" node here) is stat'ed and judged by its device number;
+    a file whose mount is not on the process's mount table, and a link to nothing, are not."""
     root = str(tmp_path)
     fake_proc(tmp_path, 4242, {
         "stat": "4242 (sglang::schedul) D 1 4200 4200 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 1 1",
         "cgroup": CG_HYBRID, "status": "NSpid:\t4242\t139\n", "wchan": "request_wait_answer",
         "stack": FUSE_STACK,
     })
+    null_line, _ = real_mount_line("/dev/null")
+    assert null_line.split(" - ")[1].split()[0] in procs.STAT_SAFE_FSTYPES
+    (tmp_path / "proc/4242/mountinfo").write_text(null_line)
     (tmp_path / "proc/4242/fd").mkdir()
-    os.symlink("/dev/nvidia6", tmp_path / "proc/4242/fd/7")
+    os.symlink("/dev/null", tmp_path / "proc/4242/fd/7")
     os.symlink("/run/lab-stuckfs/blob", tmp_path / "proc/4242/fd/8")
-    seen = []
-
-    class St:
-        st_rdev = os.makedev(195, 6)
-
-    def fake_stat(path):
-        seen.append(path)
-        return St()
-
-    proc = procs.read_process(4242, root, [510], stat_fn=fake_stat)
-    assert proc["vmid"] == 131 and proc["class"] == "stuck_fuse" and proc["gpu_fds"] == [6]
-    assert seen == [os.path.join(root, "proc/4242/fd/7")]  # the FUSE file is never stat'ed
+    proc = procs.read_process(4242, root, [1])
+    assert proc["vmid"] == 131 and proc["class"] == "stuck_fuse"
+    assert proc["nvidia_fd_kinds"] == ["uvm"] and proc["holds_nvidia"] and proc["gpu_fds"] == []
+    assert proc["unverified_nvidia_fds"] == [] and not proc["holds_unverified"]
+    # Without major 1 among the NVIDIA majors, /dev/null is what it is.
+    assert not procs.read_process(4242, root, [510])["holds_nvidia"]
+    # Its mount missing from the table: not stat'ed, and /dev/null claims no NVIDIA path.
+    (tmp_path / "proc/4242/mountinfo").write_text("")
+    proc = procs.read_process(4242, root, [1])
+    assert not proc["holds_nvidia"] and not proc["holds_unverified"]
     assert procs.read_process(999, root) is None
 
 
+def test_a_claimed_path_on_a_filesystem_not_stated_is_an_unverified_holder():
+    """This process's own fds, read as any holder's: a pty's /dev/pts/N (devpts, not a filesystem the scan stats)
+    claims a device path when the claim is /dev/pts/ (the scan's claim is /dev/nvidia); a file on /dev/shm (tmpfs)
+    is stat'ed and, being no character device, held as nothing."""
+    master, slave = os.openpty()
+    shm = None
+    try:
+        shm = os.open("/dev/shm/inferops-unit-%d" % os.getpid(), os.O_CREAT | os.O_RDWR, 0o600)
+        pts = os.readlink("/proc/self/fd/%d" % slave)
+        found = procs.nvidia_fds(os.getpid(), "/", [1], claim_prefix="/dev/pts/")
+        mine = [u for u in found["unverified"] if u["fd"] == slave]
+        assert mine and mine[0]["path"] == pts and mine[0]["fstype"] == "devpts"
+        assert mine[0]["mount_point"] == "/dev/pts"
+        assert all(u["fd"] != shm for u in found["unverified"])
+        assert procs.nvidia_fds(os.getpid(), "/", [510]) == {"gpus": [], "kinds": [], "unverified": []}
+    finally:
+        os.close(master)
+        os.close(slave)
+        if shm is not None:
+            os.close(shm)
+            os.unlink("/dev/shm/inferops-unit-%d" % os.getpid())
+
+
+def test_describe_unverified():
+    proc = {"pid": 5, "comm": "cat", "vmid": 186, "unverified_nvidia_fds": [
+        {"fd": 3, "path": "/dev/nvidia-x/blob", "fstype": "fuse.x", "mount_point": "/dev/nvidia-x", "mount_id": 9},
+        {"fd": 4, "path": "/dev/nvidia0", "fstype": None, "mount_point": None, "mount_id": None}]}
+    assert procs.describe_unverified(proc) == ("5/cat (CT 186): fd 3 /dev/nvidia-x/blob on fuse.x, "
+                                               "fd 4 /dev/nvidia0 on a mount outside its mount table")
+
+
 def test_shm_leftovers(tmp_path):
-    shm = tmp_path / "proc/17074/root/dev/shm"
+    """The walk /proc/<init>/root -> dev -> shm on real directories; the fake init's mount table names the mount
+    they are on (the real one of tmp_path) as each filesystem in turn."""
+    shm = tmp_path / "ctroot/dev/shm"
     shm.mkdir(parents=True)
     for n in ("nccl-abc", "psm_1", "keep.me", "sgl_x"):
         (shm / n).write_text("")
-    assert procs.shm_leftovers(17074, str(tmp_path)) == ["nccl-abc", "psm_1", "sgl_x"]
+    (tmp_path / "proc/17074").mkdir(parents=True)
+    os.symlink(str(tmp_path / "ctroot"), tmp_path / "proc/17074/root")
+    for fstype in sorted(procs.WALK_SAFE_FSTYPES):
+        line, _ = real_mount_line(str(tmp_path), fstype=fstype)
+        (tmp_path / "proc/17074/mountinfo").write_text(line)
+        assert procs.shm_leftovers(17074, str(tmp_path)) == ["nccl-abc", "psm_1", "sgl_x"]
+        assert procs.shm_listing(17074, str(tmp_path)) == (["keep.me", "nccl-abc", "psm_1", "sgl_x"], None)
+    for fstype in ("fuse.lab-stuckfs", "fuse", "overlay", "nfs4"):
+        line, _ = real_mount_line(str(tmp_path), fstype=fstype)
+        (tmp_path / "proc/17074/mountinfo").write_text(line)
+        names, why = procs.shm_listing(17074, str(tmp_path))
+        assert names == [] and why == ("/dev/shm of the container not listed: / is on %s, which is not walked (its "
+                                       "server could make the walk wait forever)" % fstype)
+    (tmp_path / "proc/17074/mountinfo").write_text("")
+    assert "/ is on a mount outside its mount table" in procs.shm_listing(17074, str(tmp_path))[1]
+    # A symlink is never followed.
+    line, _ = real_mount_line(str(tmp_path), fstype="tmpfs")
+    (tmp_path / "proc/17074/mountinfo").write_text(line)
+    os.rename(shm, tmp_path / "ctroot/elsewhere")
+    os.symlink("../elsewhere", shm)
+    names, why = procs.shm_listing(17074, str(tmp_path))
+    assert names == [] and why.startswith("/dev/shm of the container not listed: /dev/shm cannot be opened as a directory")
     assert procs.shm_leftovers(None, str(tmp_path)) == []
 
 

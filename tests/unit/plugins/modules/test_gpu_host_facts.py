@@ -20,6 +20,9 @@ def run(monkeypatch, capsys, args, smi_path="/usr/bin/nvidia-smi", smi_rc=0, pct
         return {"nvidia-smi": smi_path, "pct": "/usr/sbin/pct"}.get(name)
 
     def run_command(self, args, **kwargs):
+        # Every command runs under the bounded supervisor: [python, -c, code, timeout, limit, after, --, command...].
+        assert args[1] == "-c" and args[6] == "--" and float(args[3]) == gpu_host_facts.COMMAND_TIMEOUT_S, args
+        args = args[7:]
         if args[0] == "/usr/sbin/pct":
             return pct(args)
         if smi_rc:

@@ -123,7 +123,7 @@ class ResetModule(FakeModule):
             return 0, "", ""
         if "-r" in cmd:
             return 0, "GPU reset", ""
-        if cmd[0] == "/usr/bin/nvidia-persistenced":
+        if "/usr/bin/nvidia-persistenced" in cmd:
             self.daemon_started = True
             return 0, "", ""
         return 1, "", "unexpected %s" % cmd
@@ -132,10 +132,12 @@ class ResetModule(FakeModule):
         raise AssertionError(kw)
 
 
-def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=(), gpus=(0, 1), **kw):
+def reset(monkeypatch, other_config, holders=(), stop_host_daemons=True, after_start=(), gpus=(0, 1), unverified=(),
+          **kw):
     module = ResetModule(other_config, **kw)
     monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: {
-        "nvidia_holders": list(after_start if getattr(module, "daemon_started", False) else holders)})
+        "nvidia_holders": list(after_start if getattr(module, "daemon_started", False) else holders),
+        "unverified_holders": list(unverified)})
     monkeypatch.setattr(procs, "uvm_majors", lambda: [])
     module.params = dict(FakeModule.params, gpus=list(gpus), stop_host_daemons=stop_host_daemons)
     result = {"refused": [], "reset": [], "changed": False}
@@ -156,6 +158,37 @@ def test_a_reset_group_free_of_other_containers_runs(monkeypatch):
     result, module = reset(monkeypatch, "memory: 256\n")
     assert result["refused"] == []
     assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
+
+
+def unverified(pid, vmid):
+    return {"pid": pid, "comm": "cat", "vmid": vmid, "holds_unverified": True, "unverified_nvidia_fds": [
+        {"fd": 3, "path": "/dev/nvidia-x/blob", "fstype": "fuse.x", "mount_point": "/dev/nvidia-x", "mount_id": 900}]}
+
+
+def test_an_unverified_holder_on_the_host_or_in_the_container_refuses_every_reset(monkeypatch):
+    for who in (None, VMID):
+        result, module = reset(monkeypatch, "memory: 256\n", unverified=[unverified(777, who)])
+        assert not any("-r" in c for c in module.calls), "no GPU may be reset"
+        owner = "host" if who is None else "CT %d" % VMID
+        assert result["refused"] == [{"gpus": list(range(8)), "why": (
+            "unverified holder(s) on the host or in CT 129, which may be clients of any GPU: 777/cat (%s): "
+            "fd 3 /dev/nvidia-x/blob on fuse.x" % owner)}]
+        assert result["unverified_holders"] == ["777/cat (%s): fd 3 /dev/nvidia-x/blob on fuse.x" % owner]
+
+
+def test_an_unverified_holder_in_another_container_is_named_not_obeyed(monkeypatch):
+    result, module = reset(monkeypatch, "memory: 256\n", unverified=[unverified(778, 186)])
+    assert result["refused"] == []
+    assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
+    assert result["unverified_holders"] == ["778/cat (CT 186): fd 3 /dev/nvidia-x/blob on fuse.x"]
+
+
+def test_kill_holders_targets_the_containers_unverified_holders(monkeypatch):
+    fuse_holder = dict(P(5400, 5400), holds_unverified=True)
+    scan = {"container": [fuse_holder], "nvidia_holders": [], "all": [P(1, 1, vmid=None), fuse_holder]}
+    result, sent = kill_holders(monkeypatch, [scan])
+    assert result["planned"]["targets"] == ["5400/p5400"]
+    assert [(p["groups"], p["pids"], s) for p, s in sent] == [([5400], [], signal.SIGKILL)]
 
 
 PERSISTENCED = {"pid": 4321, "comm": "nvidia-persiste", "starttime": 99, "vmid": None, "gpu_fds": list(range(8)),
