@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A FUSE filesystem that never answers a read -- the lab's "stuck" fault (gpu-recovery.md §1.2 b, Rung 3).
 
-    stuckfs.py --target-pid PID --mountpoint /run/lab-stuckfs --status FILE
+    stuckfs.py --target-pid PID --mountpoint /run/lab-stuckfs --status FILE [--stall-after-open]
 
 Raw /dev/fuse protocol, stdlib only (ctypes for mount/setns).  The filesystem is mounted directly in the
 mount namespace of PID (a container's init), so only that container sees it; the connection is owned by
@@ -14,6 +14,12 @@ until the request is answered or the connection is aborted from the host:
 
 Killing this server (closing /dev/fuse) aborts the connection too.  After an abort the server lazily
 unmounts the dead mount inside the container and exits.
+
+--stall-after-open (opt-in; the hostile-neighbour test's server): attributes and entries are never cached (valid
+0 s), and once it has answered one OPEN the server answers nothing more (LOOKUP, GETATTR, FLUSH ... are left
+pending): a process that opened `blob` keeps its fd, and anything that then stats that file (through
+/proc/PID/fd/N too) or looks a name up in the mount waits in request_wait_answer, unkillable once the request is
+read, until the connection is aborted.  The status file gains "stalled": true once it has stopped answering.
 """
 import argparse
 import ctypes
@@ -72,8 +78,15 @@ def dirent(ino, off, name, typ):
     return ent + b"\0" * (-len(ent) % 8)
 
 
-def serve(fd, status):
+def write_status(status):
+    with open(status["path"], "w") as f:
+        json.dump({k: v for k, v in status.items() if k != "path"}, f)
+
+
+def serve(fd, status, stall_after_open=False):
     pending = []
+    valid = 0 if stall_after_open else 3600
+    stalled = False
     while True:
         try:
             req = os.read(fd, 1 << 21)
@@ -86,6 +99,10 @@ def serve(fd, status):
         ln, op, uniq, node, _uid, _gid, _pid, _x, _p = IN_HDR.unpack_from(req)
         body = req[IN_HDR.size:ln]
         err, data = 0, b""
+        if stalled:
+            if op not in (FORGET, BATCH_FORGET, INTERRUPT):
+                pending.append(uniq)  # never answered
+            continue
         if op == INIT:
             major, minor, ra, _flags = struct.unpack_from("<IIII", body)
             data = struct.pack("<IIIIHHIIHHI", 7, min(minor, 31), ra, 0, 16, 12, 131072, 1, 32, 0, 0)
@@ -93,11 +110,11 @@ def serve(fd, status):
         elif op == LOOKUP:
             name = body.split(b"\0")[0]
             if node == ROOT and name == b"blob":
-                data = struct.pack("<QQQQII", BLOB, 0, 3600, 3600, 0, 0) + attr(BLOB)
+                data = struct.pack("<QQQQII", BLOB, 0, valid, valid, 0, 0) + attr(BLOB)
             else:
                 err = -errno.ENOENT
         elif op == GETATTR:
-            data = struct.pack("<QII", 3600, 0, 0) + attr(node)
+            data = struct.pack("<QII", valid, 0, 0) + attr(node)
         elif op in (OPEN, OPENDIR):
             data = struct.pack("<QII", 0, FOPEN_DIRECT_IO if op == OPEN else 0, 0)
         elif op == READ:
@@ -122,6 +139,10 @@ def serve(fd, status):
             os.write(fd, OUT_HDR.pack(OUT_HDR.size + len(data), err, uniq) + data)
         except OSError:
             pass
+        if stall_after_open and op == OPEN:
+            stalled = True
+            status["stalled"] = True
+            write_status(status)
 
 
 def main():
@@ -129,6 +150,8 @@ def main():
     ap.add_argument("--target-pid", type=int, required=True)
     ap.add_argument("--mountpoint", required=True)
     ap.add_argument("--status", required=True)
+    ap.add_argument("--stall-after-open", action="store_true",
+                    help="answer nothing after the first OPEN; never cache attributes or entries")
     a = ap.parse_args()
 
     fd = os.open("/dev/fuse", os.O_RDWR)
@@ -154,12 +177,11 @@ def main():
                 ma, mi = (int(x) for x in parts[2].split(":"))
                 conn = (ma << 20) | mi
     status = {"pid": os.getpid(), "target_pid": a.target_pid, "mountpoint": a.mountpoint, "conn": conn,
-              "abort": "/sys/fs/fuse/connections/%s/abort" % conn}
-    with open(a.status, "w") as f:
-        json.dump(status, f)
+              "abort": "/sys/fs/fuse/connections/%s/abort" % conn, "path": a.status}
+    write_status(status)
     signal.signal(signal.SIGTERM, lambda *x: sys.exit(0))
     try:
-        e = serve(fd, status)
+        e = serve(fd, status, a.stall_after_open)
         sys.stderr.write("stuckfs: connection %s ended (%s)\n" % (conn, os.strerror(e)))
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
