@@ -210,7 +210,7 @@ def test_the_event_source_poll_finishes(tenant, tmp_path, caplog):
         asyncio.run(asyncio.wait_for(mod["main"](Queue(), {
             "inventory": str(inv), "ansible": os.path.join(REPO, ".venv", "bin", "ansible"),
             "ansible_inventory": os.path.join(REPO, ".venv", "bin", "ansible-inventory"), "interval": 0, "debounce": 0,
-            "once": 1, "samples": 1, "poll_timeout": BOUND_S}), 2 * BOUND_S + 60))
+            "once": 1, "samples": 1, "read_timeout": BOUND_S}), 2 * BOUND_S + 60))
     finally:
         os.chdir(cwd)
         os.environ.clear()
