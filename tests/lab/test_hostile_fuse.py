@@ -1,7 +1,8 @@
 """A hostile neighbour: a tenant's FUSE filesystem at /dev/nvidia-x that stops answering, with a process of the
 tenant holding a file of it open. Reading the node must not wait on it.
 
-CT 185 is the tenant (running), CT 186 another container of the node (created, stopped). tests/lab/gpu/stuckfs.py
+CT 185 is the tenant (running), CT 186 another container of the node (created, stopped), both tagged as the
+collection's (inferops-gpu) so that recovery reads them. tests/lab/gpu/stuckfs.py
 --stall-after-open mounts a raw /dev/fuse filesystem at /dev/nvidia-x inside CT 185's mount namespace (the lab's way
 of a tenant FUSE mount: a server of the node, mounted with setns, as fuse=1 would let the tenant do itself); a python3
 of the CT opens /dev/nvidia-x/blob, and from that OPEN on the server answers nothing. A stat of that fd through
@@ -55,7 +56,7 @@ def create(vmid, start):
     t.run(["pct", "stop", str(vmid)], timeout=120)
     t.run(["pct", "destroy", str(vmid)], timeout=120)
     r = t.run(["pct", "create", str(vmid), t.TEMPLATE, "--hostname", "hostile%d" % vmid, "--memory", "256",
-               "--swap", "0", "--unprivileged", "1"], timeout=600)
+               "--swap", "0", "--unprivileged", "1", "--tags", "inferops-gpu"], timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     if start:
         t.ct_start(vmid)
