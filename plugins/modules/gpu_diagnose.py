@@ -23,7 +23,7 @@ description:
     C(/proc/PID/stack)), and those holding C(/dev/nvidia*) (fd table, matched by device number) are listed.
   - Nothing it reads can make it wait on a filesystem a tenant serves. A holder's fd is stat'ed only when its mount
     (from C(/proc/self/fdinfo) of an C(O_PATH) copy, and the holder's C(/proc/PID/mountinfo)) is a devtmpfs or tmpfs;
-    a C(/dev/nvidia*) path on any other filesystem (a FUSE mount at C(/dev/nvidia-x)) is an unverified holder: named
+    a C(/dev/nvidia*) path on any other filesystem (a FUSE mount at C(/dev/nvidia-x)) is an unverified holder, named
     in RV(evidence.unverified_holders), a holder of its own container (never Clean), a note for any other. The
     container's C(/dev/shm) is listed only through directories on local filesystems. Every command runs under a
     supervisor that kills it at O(command_timeout), whatever it starts.
@@ -269,7 +269,7 @@ evidence:
   description:
     - The evidence of the last sample and the one-off reads; keys container, service, gpus, ct_processes,
       ct_holders, ct_stuck, other_gpu_holders, unverified_holders (processes, of the container or not, with a
-      C(/dev/nvidia*) path on a filesystem the scan never stats, such as FUSE: PID/comm, owner, each fd's path and
+      C(/dev/nvidia*) path on a filesystem the scan never stats, such as FUSE; each as PID/comm, owner, each fd's path and
       filesystem), host_memory, host_judgement, baseline, kernel_log (its lines,
       oom_kills_in_container and oom_kill_last_seq, the /dev/kmsg sequence number of the container's newest OOM kill
       record, each kill attributed by the task_memcg field of the kernel's C(oom-kill:) record only, never by the
