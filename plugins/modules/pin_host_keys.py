@@ -16,7 +16,7 @@ description:
     saying how to read the keys at the node's console; C(ssh-keyscan) output is not proof of the node.
   - Writes the keys to a known_hosts file of the controller user (C(~/.ansible/inferops-ssh/), directory mode 0700,
     file mode 0600, written atomically) and returns C(ssh_args), which the node plays of C(deploy.yml) and
-    C(recover.yml) set as C(ansible_ssh_args) with C(ansible_host_key_checking=true): ssh then accepts only those
+    C(recover.yml) set as C(ansible_ssh_args) with C(ansible_host_key_checking=true); ssh then accepts only those
     keys whatever C(ANSIBLE_HOST_KEY_CHECKING) says (AWX sets it to C(False)).
   - The container connection (inferops.gpu_inference.pct_remote) checks the same variable itself.
 options:

@@ -114,7 +114,7 @@ options:
   supply:
     description:
       - (launch) Where the container's software comes from (C(installer_sha256), C(pip_index_url), C(pip_find_links),
-        C(pip_allow_http), C(pip_hashes)): a plain-HTTP pip source not allowed by name, or an NVIDIA installer to run
+        C(pip_allow_http), C(pip_hashes)); a plain-HTTP pip source not allowed by name, or an NVIDIA installer to run
         without a sha256 from the inventory, is refused; RV(supply) says what install.yml does.
     type: dict
   expected_sha256:

@@ -1,4 +1,4 @@
-"""Hostile: a machine impersonating the node under AWX's ANSIBLE_HOST_KEY_CHECKING=False.
+"""Hostile: a machine impersonating the node under AWX's ANSIBLE_HOST_KEY_CHECKING=False; a tampered NVIDIA installer.
 
 AWX copies ANSIBLE_HOST_KEY_CHECKING=False into every job's environment (tests/awx/runner/awx_job.py,
 AWX_ANSIBLE_SETTINGS, is what these runs get). The impostor is a real sshd on another port of this machine with a host
@@ -6,6 +6,12 @@ key of its own that accepts the lab's client key (so, were its key not checked, 
 control run shows). Refusals are checked from the world: the impostor's and the node's sshd logs (no "Accepted
 publickey": no authentication, so no byte of the run reached them), and the files a run would write on the node and
 in CT 184, never only from ansible's message.
+
+The installer: a copy of the lab's installer with one line added (it would touch a marker as root in the container)
+sits where the node's installer is looked for; the inventory's sha256 is the genuine one (labgpu writes
+SHA256SUMS.json beside the installers it builds). The role's install tasks fetch it through the pinned node
+connection and copy it into CT 184, and refuse to run it: no marker, no installer log in the container. The genuine
+file then runs (its log appears).
 """
 from __future__ import annotations
 
@@ -19,6 +25,9 @@ import tempfile
 import time
 import uuid
 
+import hashlib
+import json
+
 import pytest
 import yaml
 
@@ -31,6 +40,9 @@ VMID = 184
 IMPOSTOR_PORT = 22184
 NODE_LOG = f"{LAB}/log/sshd.log"
 PROBE = os.path.join(REPO, "tests", "lab", "hostkeys_probe.yml")
+INSTALL_PROBE = os.path.join(REPO, "tests", "lab", "install_probe.yml")
+WHEELS = f"{LAB}/packages"
+INSTALLERS = f"{LAB}/nvidia"
 NODE_KEY_PUB = f"{LAB}/ssh/ssh_host_ed25519_key.pub"
 BIN = os.path.join(REPO, ".venv", "bin")
 
@@ -231,3 +243,98 @@ def test_wrong_pinned_key_refused_at_the_real_node(ct184, impostor, probe):
     assert _accepted(NODE_LOG) == before
     assert not os.path.exists(probe["node_file"])
     assert not _ct_has(probe["ct_file"])
+
+
+def _node_driver_version() -> str:
+    r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    return r.stdout.split()[0]
+
+
+def _run_install_probe(p, version: str, ct_version: str, launch_result: dict, **role_vars):
+    extra = dict(probe_driver_version=version, probe_ct_driver_version=ct_version, probe_launch_result=launch_result,
+                 **role_vars)
+    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", _inventory(p["dir"], 2222, [_node_key()]),
+                        INSTALL_PROBE, "-e", json.dumps(extra)],
+                       cwd=REPO, env=_awx_env(p["dir"]), capture_output=True, text=True, timeout=240)
+    return r.returncode, " ".join((r.stdout + r.stderr).split())
+
+
+def _installer_plan(version: str, sha256: str) -> dict:
+    return {"install": {"remake_venv": False, "pip": False, "user": False},
+            "supply": {"installer": {"needed": True, "file": f"NVIDIA-Linux-x86_64-{version}.run", "sha256": sha256},
+                       "pip": {"requirements": ""}}}
+
+
+def test_tampered_installer_is_not_run_genuine_one_is(ct184, probe):
+    version = _node_driver_version()
+    name = f"NVIDIA-Linux-x86_64-{version}.run"
+    with open(f"{INSTALLERS}/SHA256SUMS.json") as f:
+        genuine_sha = json.load(f)[version]
+    marker = f"/root/inferops-tampered-{uuid.uuid4().hex[:8]}"
+    tampered = probe["dir"] / "tampered"
+    tampered.mkdir()
+    with open(f"{INSTALLERS}/{name}") as f:
+        text = f.read()
+    shebang, rest = text.split("\n", 1)
+    (tampered / name).write_text(f"{shebang}\ntouch {marker}\n{rest}")
+    os.chmod(tampered / name, 0o700)
+    pct("exec", str(VMID), "--", "rm", "-f", "/var/log/nvidia-installer.log", f"/root/{name}")
+
+    rc, out = _run_install_probe(probe, version, "", _installer_plan(version, genuine_sha),
+                                 sglang_server_nvidia_installer_node_dir=str(tampered),
+                                 sglang_server_nvidia_installer_cache_dir=str(probe["dir"] / "cache-tampered"))
+    assert rc != 0, out
+    assert "it was not run" in out and genuine_sha in out, out
+    # From the world: the file reached the container (copied), but nothing of it ran as root there.
+    assert _ct_has(f"/root/{name}"), out
+    assert not _ct_has(marker)
+    assert not _ct_has("/var/log/nvidia-installer.log")
+
+    rc, out = _run_install_probe(probe, version, "", _installer_plan(version, genuine_sha),
+                                 sglang_server_nvidia_installer_node_dir=INSTALLERS,
+                                 sglang_server_nvidia_installer_cache_dir=str(probe["dir"] / "cache-genuine"))
+    log = pct("exec", str(VMID), "--", "cat", "/var/log/nvidia-installer.log")
+    assert log.returncode == 0 and f"command line: /root/{name}" in log.stdout, out
+    assert not _ct_has(marker)
+
+
+def _sha256(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_pip_require_hashes_refuses_a_tampered_wheel(ct184, probe):
+    """sglang_server_pip_hashes: the collection's requirements file (supply_chain.requirements, the product's) under
+    pip --require-hashes. A wheelhouse whose sglang wheel differs from the pinned hash installs nothing; the genuine
+    one installs (read from the venv in CT 184)."""
+    sys.path.insert(0, os.path.join(REPO, ".collections"))
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import supply_chain
+    version = "0.5.21"
+    wheels = sorted(f for f in os.listdir(WHEELS) if f.endswith(".whl"))
+    spt = [f for f in wheels if f.startswith("setproctitle-")]
+    hashes = {f"sglang=={version}": [_sha256(f"{WHEELS}/sglang-{version}-py3-none-any.whl")],
+              "setproctitle==%s" % spt[0].split("-")[1]: [_sha256(f"{WHEELS}/{f}") for f in spt]}
+    plan = {"install": {"remake_venv": True, "pip": True, "user": False},
+            "supply": {"installer": {"needed": False, "file": "", "sha256": ""},
+                       "pip": {"requirements": supply_chain.requirements(version, [], hashes)}}}
+    node_version = _node_driver_version()
+    venv = "/opt/inferops-hk/venv"
+    tampered = probe["dir"] / "wheels"
+    tampered.mkdir()
+    for f in wheels:
+        shutil.copyfile(f"{WHEELS}/{f}", tampered / f)
+    with open(tampered / f"sglang-{version}-py3-none-any.whl", "ab") as f:
+        f.write(b"\0")   # one byte more: another file than the one the inventory pins
+    role = dict(sglang_server_version=version, sglang_server_venv=venv, sglang_server_wheelhouse_dir="/opt/inferops-hk/wheels")
+
+    rc, out = _run_install_probe(probe, node_version, node_version, plan, sglang_server_wheelhouse_src=str(tampered), **role)
+    assert rc != 0, out
+    assert "DO NOT MATCH THE HASHES" in out, out   # pip's own refusal, not another failure
+    site = pct("exec", str(VMID), "--", "sh", "-c", f"ls -d {venv}/lib/python3*/site-packages/sglang* 2>/dev/null")
+    assert site.stdout.strip() == "", site.stdout   # nothing of the tampered wheel installed
+
+    rc, out = _run_install_probe(probe, node_version, node_version, plan, sglang_server_wheelhouse_src=WHEELS, **role)
+    assert rc == 0, out
+    site = pct("exec", str(VMID), "--", "sh", "-c", f"ls -d {venv}/lib/python3*/site-packages/sglang-{version}.dist-info")
+    assert site.returncode == 0, out
