@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.gpu_facts import NVIDIA_MAJOR, list_nvidia_devices
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import join_root, parse_proc_cgroup, read_text
@@ -95,6 +95,25 @@ def container_of_cgroup(text: Optional[str]) -> Optional[int]:
                 vmids.add(int(match.group(1)))
                 break
     return vmids.pop() if len(vmids) == 1 else None
+
+
+def wholly_in_container(cgroup: Mapping[str, str], vmid: int) -> bool:
+    """Whether every hierarchy of a parsed /proc/PID/cgroup (``parse_proc_cgroup``) names container ``vmid``: the
+    strict reading a signal needs. ``container_of_cgroup`` attributes a process by any line that names a container;
+    a process that root moved out of the container in one hierarchy (its v2 cgroup at the host's root, its v1
+    ones still the container's) is attributed to the container there, but is not wholly in it."""
+    if not cgroup:
+        return False
+    for path in cgroup.values():
+        found = None
+        for regex in _CT_CGROUP_RES:
+            match = regex.search(path)
+            if match:
+                found = int(match.group(1))
+                break
+        if found != vmid:
+            return False
+    return True
 
 
 def in_unit(text: Optional[str], unit: str) -> bool:

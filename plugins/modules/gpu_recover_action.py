@@ -24,6 +24,12 @@ description:
     C(nvidia-smi) as a compute app, by process group when every member of the group is in the container, else by PID. A process is in the container when its
     C(/proc/PID/cgroup) names C(/lxc/<vmid>) (or C(lxc.payload.<vmid>)). The container's init is never signalled;
     C(fuser -k) is never used.
+  - Every signal reaches only what was judged, checked at the moment it is sent. A PID goes through a pidfd, only
+    while its start time is the planned one and it is still in the cgroup it was judged in (or wholly in the
+    container); a process without a planned start time is never signalled. A process group is judged again member by
+    member; when any process in it now is outside the container's cgroup (root moved it out, or it joined from
+    elsewhere), the group is not signalled, its planned members are, one by one, and the group is reported under
+    RV(refused).
   - O(action=unblock_stuck) (rung 3) finds, for each process of the container in D state on FUSE, the FUSE connection
     of the files it has open (each fd held with C(O_PATH), its mount id from C(/proc/self/fdinfo) -> C(/proc/PID/mountinfo)
     device C(major:minor), connection C((major << 20) | minor) as C(fs/fuse/control.c) names it), writes C(1) to
@@ -167,7 +173,7 @@ container_was_running:
   returned: when action is stop_container
   type: bool
 signalled:
-  description: Process groups and PIDs signalled, with the signals used.
+  description: Process groups and PIDs signalled (those judged still in scope when the signal was sent), with the signals used.
   returned: when action is kill_holders or unblock_stuck
   type: list
   elements: dict
@@ -177,7 +183,9 @@ aborted:
   type: list
   elements: dict
 refused:
-  description: What was refused and why (a GPU with clients, a shared FUSE connection, a PID outside the container).
+  description:
+    - What was refused and why (a GPU with clients, a shared FUSE connection, a PID outside the container, a PID
+      reused or moved out of the container since the plan, a process group with a member outside the container).
   returned: always
   type: list
   elements: dict
@@ -316,14 +324,20 @@ def alive(refs):
     return left
 
 
-def members(plan, procs):
-    by_pgid = {}
-    for p in procs:
-        by_pgid.setdefault(p["pgid"], []).append(p)
-    refs = {(int(p["pid"]), p["starttime"]) for g in plan["groups"] for p in by_pgid.get(g, [])}
-    pid_map = {p["pid"]: p for p in procs}
-    refs |= {(pid, pid_map[pid]["starttime"]) for pid in plan["pids"] if pid in pid_map}
+def members(plan):
+    """The planned processes, (pid, starttime): every member of each planned group as judged, and each PID."""
+    refs = {(int(pid), st) for g in plan["groups"] for pid, st in plan["members"].get(g, {}).items()}
+    refs |= {(int(pid), plan["starttimes"][pid]) for pid in plan["pids"]}
     return sorted(refs)
+
+
+def send(plan, sig, result):
+    """Send through recover_signals.send_signal (each group and PID judged again as it is signalled); what was
+    signalled, refused and failed goes to the result."""
+    out = rsig.send_signal(plan, sig)
+    result["signalled"].append({"signal": signal.Signals(sig).name, "groups": out["groups"], "pids": out["pids"]})
+    result["refused"].extend(out["refused"])
+    return out["errors"]
 
 
 def replan(vmid, refs, init_pid):
@@ -352,7 +366,7 @@ def kill_holders(module, vmid, smi, result, term_grace, wait, unit_stop_timed_ou
     init_pid = ct_init_pid(module, vmid)
     plan = rsig.pids_to_signal(targets, scan["all"], vmid, init_pid)
     result["refused"].extend(plan["skipped"])
-    refs = members(plan, scan["all"])
+    refs = members(plan)
     if unit_stop_timed_out and refs and all(procs.in_unit(read_text("/proc/%d/cgroup" % pid), p["service"]) for pid, _st in refs):
         term_grace = 0
         result["sigkill_only"] = ("every process to signal is in %s, whose stop ran out of its timeout: systemd sent them "
@@ -367,13 +381,12 @@ def kill_holders(module, vmid, smi, result, term_grace, wait, unit_stop_timed_ou
         return
     errors = []
     if term_grace > 0:
-        errors += rsig.send_signal(plan, signal.SIGTERM)
-        result["signalled"].append({"signal": "SIGTERM", "groups": plan["groups"], "pids": plan["pids"]})
+        errors += send(plan, signal.SIGTERM, result)
         rsig.wait_until(lambda: not alive(refs), term_grace)
     if alive(refs):
         plan = replan(vmid, refs, init_pid)
-        errors += rsig.send_signal(plan, signal.SIGKILL)
-        result["signalled"].append({"signal": "SIGKILL", "groups": plan["groups"], "pids": plan["pids"]})
+        result["refused"].extend(s for s in plan["skipped"] if s not in result["refused"])
+        errors += send(plan, signal.SIGKILL, result)
     result["changed"] = True
     rsig.wait_until(lambda: not alive(refs), wait)
     result["remaining"] = alive(refs)
@@ -395,11 +408,11 @@ def abort_fuse(module, vmid, result):
                 continue
             conns.setdefault(c["conn"], dict(c, pids=[]))["pids"].append(x["pid"])
     init_pid = ct_init_pid(module, vmid)
-    plan = rsig.pids_to_signal(stuck, scan["all"], vmid, init_pid)
-    # Only the stuck PIDs themselves: their group may hold unrelated processes of the container.
-    plan = {"groups": [], "pids": sorted({x["pid"] for x in stuck} - {s["pid"] for s in plan["skipped"]}),
-            "skipped": plan["skipped"]}
-    refs = members(plan, scan["all"])
+    # Only the stuck PIDs themselves (their group may hold unrelated processes of the container), each with the
+    # start time and cgroup it was judged by.
+    plan = rsig.pids_to_signal(stuck, scan["all"], vmid, init_pid, by_group=False)
+    result["refused"].extend(plan["skipped"])
+    refs = members(plan)
     result["planned"] = {"action": "abort_fuse", "stuck": ["%d/%s (%s)" % (x["pid"], x["comm"], x["wchan"]) for x in stuck],
                          "connections": sorted(conns.values(), key=lambda c: c["conn"]), "then_sigkill": plan["pids"]}
     if not stuck:
@@ -414,8 +427,7 @@ def abort_fuse(module, vmid, result):
             result["changed"] = True
         except OSError as exc:
             result["refused"].append({"conn": conn, "why": "abort failed: %s" % exc})
-    errors = rsig.send_signal(plan, signal.SIGKILL)
-    result["signalled"].append({"signal": "SIGKILL", "groups": [], "pids": plan["pids"]})
+    errors = send(plan, signal.SIGKILL, result)
     rsig.wait_until(lambda: not alive(refs), p["stuck_timeout"])
     result["remaining"] = alive(refs)
     if errors:

@@ -1,9 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Rung 2 (kill_holders) judges process groups by every process on the host, not by the container's alone."""
+"""Rung 2 (kill_holders) judges process groups by every process on the host, not by the container's alone, and sends
+real signals to real processes (the scan reads the real /proc); rungs 1, 4 and 5 on canned command output."""
 from __future__ import annotations
-
-import signal
 
 import pytest
 
@@ -13,6 +12,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401
 
 VMID = 129
 
@@ -27,48 +27,102 @@ class FakeModule:
     check_mode = False
 
 
-def kill_holders(monkeypatch, scans):
-    """Run kill_holders on a sequence of host scans; returns (result, [(plan, signal)])."""
-    sent, scans = [], list(scans)
-    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: scans.pop(0) if len(scans) > 1 else scans[0])
-    monkeypatch.setattr(procs, "uvm_majors", lambda: [])
-    monkeypatch.setattr(rsig, "wait_until", lambda cond, timeout: cond())
-    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: sent.append((plan, sig)) or [])
-    monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
-    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: 5000)
-    states = iter([[{"pid": 1}], []])  # alive before the SIGKILL, gone after
-    monkeypatch.setattr(action, "alive", lambda refs: next(states, []))
+# The kill tests' container: a VMID no node has (PVE's highest), so that no real container's process on the machine
+# running the tests (a lab CT) is ever attributed to it, planned or signalled.
+KILL_VMID = 999999999
+
+
+def real_scan(monkeypatch, mine, changes=()):
+    """The module's scan reads the real /proc; the test only says which of its processes stand for the container's
+    (it cannot put them in a container's cgroup: tests/lab/test_hostile_signals.py does). Every other process keeps
+    what its cgroup says, except that none is KILL_VMID's. ``changes``: per scan, in order, {pid: {field: value}}
+    laid over what was read (the last one stays)."""
+    real, changes, calls = procs.scan_processes, list(changes), []
+
+    def scan(vmid, root, majors):
+        assert vmid == KILL_VMID
+        got = real(vmid, root, majors)
+        over = changes[min(len(calls), len(changes) - 1)] if changes else {}
+        calls.append(1)
+        for p in got["all"]:
+            p["vmid"] = KILL_VMID if p["pid"] in mine else (None if p["vmid"] == KILL_VMID else p["vmid"])
+            p.update(over.get(p["pid"], {}))
+        got["container"] = [p for p in got["all"] if p["vmid"] == KILL_VMID]
+        got["nvidia_holders"] = [p for p in got["all"] if p["holds_nvidia"]]
+        return got
+    monkeypatch.setattr(procs, "scan_processes", scan)
+    return calls
+
+
+def kill_holders(monkeypatch, holders, term_grace=0, service=None, timed_out=False, wait=10):
+    """Run the real kill_holders (real scan, real signals); ``holders`` are what nvidia-smi lists as compute apps."""
+    monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [h.pid for h in holders])
+    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: None)
+
+    class Module(FakeModule):
+        params = dict(FakeModule.params, wait=10, service=service)
     result = {"refused": [], "signalled": [], "changed": False}
-    action.kill_holders(FakeModule(), VMID, "/usr/bin/nvidia-smi", result, 0, 0)
-    return result, sent
+    action.kill_holders(Module(), KILL_VMID, "/usr/bin/nvidia-smi", result, term_grace, wait, timed_out)
+    return result
 
 
-def test_a_group_shared_with_the_host_is_never_signalled(monkeypatch):
-    # `pct exec 129 -- worker` run from a host shell: the worker keeps the shell's process group 5300,
-    # which also holds the shell itself and a host `sleep`.
-    shell, sleep, worker = P(5300, 5300, vmid=None), P(5302, 5300, vmid=None), P(5301, 5300, holds=True)
-    scan = {"container": [worker], "nvidia_holders": [worker], "all": [shell, worker, sleep, P(5000, 5000)]}
-    result, sent = kill_holders(monkeypatch, [scan])
-    assert [(p["groups"], p["pids"], s) for p, s in sent] == [([], [5301], signal.SIGKILL)]
-    assert result["planned"]["process_groups"] == [] and result["planned"]["pids"] == [5301]
+def test_a_group_shared_with_the_host_is_never_signalled(monkeypatch, children):
+    # `pct exec 129 -- worker` run from a host shell: the worker keeps the shell's process group, which also holds
+    # the shell itself and a host `sleep`.
+    shell = children(process_group=0)
+    worker, sleep = children(process_group=shell.pid), children(process_group=shell.pid)
+    real_scan(monkeypatch, {worker.pid})
+    result = kill_holders(monkeypatch, [worker])
+    assert result["planned"]["process_groups"] == [] and result["planned"]["pids"] == [worker.pid], result
+    assert result["signalled"] == [{"signal": "SIGKILL", "groups": [], "pids": [worker.pid]}], result
+    assert worker.gone() and shell.alive() and sleep.alive()
 
 
-def test_a_group_all_in_the_container_is_signalled_whole(monkeypatch):
-    main, rank0 = P(5100, 5100), P(5101, 5100, holds=True)
-    scan = {"container": [main, rank0], "nvidia_holders": [rank0], "all": [P(1, 1, vmid=None), main, rank0]}
-    result, sent = kill_holders(monkeypatch, [scan])
-    assert [(p["groups"], p["pids"], s) for p, s in sent] == [([5100], [], signal.SIGKILL)]
+def test_a_group_all_in_the_container_is_signalled_whole(monkeypatch, children):
+    main = children(process_group=0)
+    rank0 = children(process_group=main.pid)
+    real_scan(monkeypatch, {main.pid, rank0.pid})
+    result = kill_holders(monkeypatch, [rank0])
+    assert result["signalled"] == [{"signal": "SIGKILL", "groups": [main.pid], "pids": []}]
+    assert main.gone() and rank0.gone() and not result["remaining"]
 
 
-def test_sigkill_is_planned_again_from_a_fresh_table(monkeypatch):
-    """Between SIGTERM and SIGKILL a target's PID may be reused: the second plan takes only the processes
-    whose start time still matches, and judges their groups again."""
-    rank0 = P(5101, 5101, holds=True, starttime=10)
-    first = {"container": [rank0], "nvidia_holders": [rank0], "all": [rank0]}
-    reused = P(5101, 5101, starttime=99)  # same PID, another process
-    second = {"container": [reused], "nvidia_holders": [], "all": [reused]}
-    result, sent = kill_holders(monkeypatch, [first, second])
-    assert [(p["groups"], p["pids"]) for p, s in sent] == [([], [])]
+def test_a_reused_pid_is_never_signalled(monkeypatch, children):
+    """The scan saw another process under the holder's PID (another start time) than the one there when the signal
+    is sent: SIGTERM is refused, and nothing is planned again for SIGKILL."""
+    rank0 = children(process_group=0)
+    start = procs.read_stat(rank0.pid)["starttime"]
+    real_scan(monkeypatch, {rank0.pid}, [{rank0.pid: {"starttime": start - 1}}])
+    result = kill_holders(monkeypatch, [rank0], term_grace=1)
+    assert result["signalled"] == [{"signal": "SIGTERM", "groups": [], "pids": []}], (
+        result, rank0.pid, start, procs.read_stat(rank0.pid))
+    assert result["planned"]["process_groups"] == [rank0.pid]  # alone in its group, the leader
+    assert [r["pgid"] for r in result["refused"]] == [rank0.pid] and "no planned member" in result["refused"][0]["why"]
+    assert rank0.alive() and not rank0.got_term()
+
+
+def test_a_reused_pid_outside_any_planned_group_is_never_signalled(monkeypatch, children):
+    shell = children(process_group=0)
+    worker = children(process_group=shell.pid)  # its group is shared with the host: planned by PID
+    start = procs.read_stat(worker.pid)["starttime"]
+    real_scan(monkeypatch, {worker.pid}, [{worker.pid: {"starttime": start + 1}}])
+    result = kill_holders(monkeypatch, [worker], term_grace=1)
+    assert result["planned"]["pids"] == [worker.pid]
+    assert {"pid": worker.pid, "why": rsig.REFUSALS["reused"]} in result["refused"]
+    assert worker.alive() and not worker.got_term() and shell.alive()
+
+
+def test_sigkill_is_planned_again_from_a_fresh_table(monkeypatch, children):
+    """Between SIGTERM and SIGKILL a member of the planned group leaves the container (the second scan says so; the
+    lab moves one for real): the group is judged again, only the holder gets SIGKILL."""
+    main = children(process_group=0, on_term="stay")
+    rank0 = children(process_group=main.pid, on_term="stay")
+    real_scan(monkeypatch, {main.pid, rank0.pid}, [{}, {main.pid: {"vmid": None}}])
+    result = kill_holders(monkeypatch, [rank0], term_grace=1, wait=1)  # main stays: the wait runs out
+    assert result["signalled"] == [{"signal": "SIGTERM", "groups": [main.pid], "pids": []},
+                                   {"signal": "SIGKILL", "groups": [], "pids": [rank0.pid]}]
+    assert main.got_term() and rank0.got_term() and rank0.gone() and main.alive()
+    assert [r["pid"] for r in result["remaining"]] == [main.pid]
 
 
 # Rung 5 on an NVSwitch node: every GPU is every other's NVLink peer, so GPU 0's reset group is all eight.
@@ -306,45 +360,64 @@ def test_the_actions_are_the_acting_rungs_of_the_gate():
     assert [gate.RUNG_OF_ACTION[name] for name in gate.ACTION_NAMES] == list(gate.ACTING_RUNGS)
 
 
-def _kill_after_stop(monkeypatch, cgroups, timed_out=True):
-    """kill_holders with term_grace 10 after rung 1's stop (timed out or not); cgroups: {pid: /proc/PID/cgroup}."""
-    sent = []
-    main, rank0 = P(5100, 5100), P(5101, 5100, holds=True)
-    scan = {"container": [main, rank0], "nvidia_holders": [rank0], "all": [P(1, 1, vmid=None), main, rank0]}
-    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: scan)
-    monkeypatch.setattr(procs, "uvm_majors", lambda: [])
-    monkeypatch.setattr(rsig, "wait_until", lambda cond, timeout: cond())
-    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: sent.append(sig) or [])
-    monkeypatch.setattr(action, "compute_app_pids", lambda module, smi, timeout: [])
-    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: 5000)
-    monkeypatch.setattr(action, "alive", lambda refs: [{"pid": 5101}] if signal.SIGKILL not in sent else [])
-    monkeypatch.setattr(action, "read_text", lambda path: cgroups.get(int(path.split("/")[2])))
+def abort_fuse(monkeypatch):
+    monkeypatch.setattr(action, "ct_init_pid", lambda module, vmid: None)
 
     class Module(FakeModule):
-        params = dict(FakeModule.params, service="sglang.service")
-    result = {"refused": [], "signalled": [], "changed": False}
-    action.kill_holders(Module(), VMID, "/usr/bin/nvidia-smi", result, 10, 0, timed_out)
-    return result, sent
+        params = dict(FakeModule.params, stuck_timeout=10)
+    result = {"refused": [], "signalled": [], "aborted": [], "changed": False}
+    action.abort_fuse(Module(), KILL_VMID, result)
+    return result
 
 
-UNIT_CG = "0::/lxc/129/ns/system.slice/sglang.service\n"
-ESCAPED_CG = "0::/lxc/129/ns/init.scope\n"
+def test_rung_3_kills_the_stuck_pids_alone_and_never_a_reused_pid(monkeypatch, children):
+    """Rung 3's SIGKILL after the abort: the stuck PIDs only (not their group), each with its planned start time;
+    it used to be planned without start times, and a PID reused since the scan got a bare kill(2). (The scan says
+    which are stuck on FUSE: a unit test cannot put a task in D state; tests/lab/test_gpu_container.py does.)"""
+    main = children(process_group=0)
+    stuck, reused = children(process_group=main.pid), children(process_group=main.pid)
+    stuck_fuse = {"class": "stuck_fuse", "state": "D", "wchan": "request_wait_answer"}
+    real_scan(monkeypatch, {main.pid, stuck.pid, reused.pid}, [{
+        stuck.pid: stuck_fuse, reused.pid: dict(stuck_fuse, starttime=procs.read_stat(reused.pid)["starttime"] - 1)}])
+    result = abort_fuse(monkeypatch)
+    assert result["planned"]["then_sigkill"] == sorted([stuck.pid, reused.pid])
+    assert result["signalled"] == [{"signal": "SIGKILL", "groups": [], "pids": [stuck.pid]}]
+    assert {"pid": reused.pid, "why": rsig.REFUSALS["reused"]} in result["refused"]
+    assert stuck.gone() and reused.alive() and main.alive()
 
 
-def test_after_a_stop_that_timed_out_the_units_processes_get_sigkill_only(monkeypatch):
+def _kill_after_stop(monkeypatch, children, cgroups, timed_out=True):
+    """kill_holders with term_grace 1 after rung 1's stop (timed out or not); cgroups: {0: main's, 1: rank0's}
+    /proc/PID/cgroup as the unit check reads it (the processes themselves cannot be put in the container's unit)."""
+    main = children(process_group=0, on_term="stay")
+    rank0 = children(process_group=main.pid, on_term="stay")
+    texts = {main.pid: cgroups[0], rank0.pid: cgroups[1]}
+    real_scan(monkeypatch, {main.pid, rank0.pid})
+    monkeypatch.setattr(action, "read_text", lambda path: texts.get(int(path.split("/")[2])))
+    result = kill_holders(monkeypatch, [rank0], term_grace=1, service="sglang.service", timed_out=timed_out)
+    assert main.gone() and rank0.gone()
+    return result, [x["signal"] for x in result["signalled"]], main.got_term() or rank0.got_term()
+
+
+UNIT_CG = "0::/lxc/%d/ns/system.slice/sglang.service\n" % KILL_VMID
+ESCAPED_CG = "0::/lxc/%d/ns/init.scope\n" % KILL_VMID
+
+
+def test_after_a_stop_that_timed_out_the_units_processes_get_sigkill_only(monkeypatch, children):
     # systemd sent them SIGTERM when the stop began (systemd.kill(5)): no second SIGTERM, no second grace.
-    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: UNIT_CG})
-    assert sent == [signal.SIGKILL] and result["planned"]["signals"] == ["SIGKILL"] and "systemd.kill" in result["sigkill_only"]
+    result, sent, termed = _kill_after_stop(monkeypatch, children, [UNIT_CG, UNIT_CG])
+    assert sent == ["SIGKILL"] and not termed, result
+    assert result["planned"]["signals"] == ["SIGKILL"] and "systemd.kill" in result["sigkill_only"]
 
 
-def test_a_process_outside_the_unit_still_gets_sigterm_and_the_grace(monkeypatch):
-    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: ESCAPED_CG})
-    assert sent == [signal.SIGTERM, signal.SIGKILL] and "sigkill_only" not in result
+def test_a_process_outside_the_unit_still_gets_sigterm_and_the_grace(monkeypatch, children):
+    result, sent, termed = _kill_after_stop(monkeypatch, children, [UNIT_CG, ESCAPED_CG])
+    assert sent == ["SIGTERM", "SIGKILL"] and termed and "sigkill_only" not in result
 
 
-def test_without_a_timed_out_stop_sigterm_comes_first(monkeypatch):
-    result, sent = _kill_after_stop(monkeypatch, {5100: UNIT_CG, 5101: UNIT_CG}, timed_out=False)
-    assert sent == [signal.SIGTERM, signal.SIGKILL]
+def test_without_a_timed_out_stop_sigterm_comes_first(monkeypatch, children):
+    result, sent, termed = _kill_after_stop(monkeypatch, children, [UNIT_CG, UNIT_CG], timed_out=False)
+    assert sent == ["SIGTERM", "SIGKILL"] and termed
 
 
 # The device minor is not the nvidia-smi index: on this node /dev/nvidia5 is GPU 6 and /dev/nvidia6 is GPU 5.
