@@ -71,7 +71,8 @@ class ActionModule(ActionBase):
             base = _private_dir(os.path.expanduser(_STATE_DIR))
             path = os.path.join(base, ssh_host_keys.known_hosts_name(keys))
             _write(path, ssh_host_keys.known_hosts_text(keys))
-            control = ssh_host_keys.control_path(base, keys)
+            args = self._task.args
+            control = ssh_host_keys.control_path(base, keys, args.get("address"), args.get("port"), args.get("user"))
             result.update(known_hosts=path, ssh_args=ssh_host_keys.ssh_args(path, control),
                           keys=ssh_host_keys.describe(keys))
         except (ssh_host_keys.HostKeyError, OSError) as exc:

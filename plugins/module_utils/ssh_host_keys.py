@@ -175,10 +175,12 @@ def known_hosts_name(keys: Sequence[PinnedKey]) -> str:
     return "known_hosts-%s" % hashlib.sha256(known_hosts_text(keys).encode("ascii")).hexdigest()[:24]
 
 
-def control_path(directory: str, keys: Sequence[PinnedKey]) -> str:
-    """ssh's ControlPath for connections shared under these keys: a directory of the pin's own, a short name from the
-    keys (a socket path must stay under 108 bytes; ssh appends 17 while it makes one), the user and the port."""
-    return "%s/%s-%%r-%%p" % (directory, known_hosts_name(keys)[len("known_hosts-"):][:10])
+def control_path(directory: str, keys: Sequence[PinnedKey], address: Any, port: Any, user: Any) -> str:
+    """ssh's ControlPath for connections shared under these keys to this address, port and user: a directory of the pin's
+    own and a short name (a socket path must stay under 108 bytes; ssh appends 17 while it makes one). Two inventory
+    hosts never share a connection, even if the same key were pinned for both by mistake."""
+    ident = "\0".join([known_hosts_text(keys), str(address or ""), str(port or ""), str(user or "")])
+    return "%s/%s" % (directory, hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16])
 
 
 def ssh_args(known_hosts_path: str, control: str) -> str:

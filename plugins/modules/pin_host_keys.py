@@ -32,6 +32,15 @@ options:
         controller is the node) needs no key; any other plugin is refused, since it would not check the pin.
     type: str
     default: ssh
+  address:
+    description: The node's address (C(ansible_host)); with O(port) and O(user) it names the shared ssh connection.
+    type: str
+  port:
+    description: The node's SSH port (C(ansible_port)).
+    type: raw
+  user:
+    description: The SSH user (C(ansible_user)).
+    type: str
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:

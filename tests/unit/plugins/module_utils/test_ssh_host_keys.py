@@ -98,7 +98,8 @@ def test_known_hosts_file_is_read_by_ssh_keygen_under_the_alias(tmp_path):
 def test_ssh_options_win_over_what_ansible_adds_after_them(tmp_path):
     """ssh -G prints the options ssh would use: the pinned ones come first, so a later StrictHostKeyChecking=no (what
     ansible adds for ANSIBLE_HOST_KEY_CHECKING=False) or UserKnownHostsFile=/dev/null changes nothing."""
-    args = shlex.split(hk.ssh_args(str(tmp_path / "kh"), hk.control_path(str(tmp_path), hk.parse([keygen(tmp_path, "a")[0]], "n"))))
+    args = shlex.split(hk.ssh_args(str(tmp_path / "kh"),
+                                   hk.control_path(str(tmp_path), hk.parse([keygen(tmp_path, "a")[0]], "n"), "pve1", 22, "root")))
     cfg = tmp_path / "config"
     cfg.write_text("StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n")
     out = subprocess.run(["ssh", "-F", str(cfg), "-G"] + args
@@ -118,3 +119,13 @@ def test_node_connection_is_ssh_or_local():
     for other in ("paramiko_ssh", "ansible.builtin.paramiko_ssh", "community.general.chroot"):
         with pytest.raises(hk.HostKeyError, match="would not check it"):
             hk.node_connection(other, "pve1")
+
+
+def test_control_path_is_short_and_per_host(tmp_path):
+    keys = hk.parse([keygen(tmp_path, "a")[0]], "n")
+    a = hk.control_path("/root/.ansible/inferops-ssh", keys, "pve1.example.org", 22, "root")
+    assert len(a) + 17 < 108   # ssh appends 17 characters while it makes the socket
+    assert a != hk.control_path("/root/.ansible/inferops-ssh", keys, "pve2.example.org", 22, "root")
+    assert a != hk.control_path("/root/.ansible/inferops-ssh", keys, "pve1.example.org", 2222, "root")
+    assert a != hk.control_path("/root/.ansible/inferops-ssh", hk.parse([keygen(tmp_path, "b")[0]], "n"),
+                                "pve1.example.org", 22, "root")
