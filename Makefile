@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # The lab writes its inventory's vault with a generated password (tests/lab/labctl up); only the targets
 # that run against the lab read it, so the others work on a machine where the lab never ran.
 LAB_VAULT_PASS := /var/lib/inferops-lab/vault-pass
-LAB_TARGETS    := lab-test molecule demo bench
+LAB_TARGETS    := lab-test hostile molecule demo bench
 $(LAB_TARGETS): export ANSIBLE_VAULT_PASSWORD_FILE ?= $(LAB_VAULT_PASS)
 # The roles write their reports outside any checkout by default (~/.local/state/inferops/reports); the lab's runs
 # keep theirs in this checkout's reports/, where the tests, the benchmarks and `make demo` read them.
@@ -25,13 +25,14 @@ $(LAB_TARGETS): export INFEROPS_REPORT_DIR ?= $(ROOT)/reports
 PYTHON ?= $(shell for p in python3.13 python3.12 $$(ls -d /root/.pyenv/versions/3.1[23]*/bin/python3.1[23] 2>/dev/null) /usr/bin/python3.12; do \
             "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { command -v "$$p"; break; }; done)
 
-.PHONY: help setup setup-core test check unit property pure lint sanity controller-requirements lab lab-down lab-test \
+.PHONY: help setup setup-core test check unit property pure lint sanity controller-requirements lab lab-down lab-test hostile \
         molecule demo plan bench clean device-check awx-check corpus safety-doc
 
 help:
 	@echo "make demo     bring up the lab and run deploy.yml on it, then print the report"
 	@echo "make test     run every test (unit, lint, sanity, controller requirements, lab, molecule)"
 	@echo "make check    the fast tier: unit, lint and the tests that need no lab (about a minute)"
+	@echo "make hostile  the hostile set alone: a tenant or host user attacks deploy, recover and the event source"
 	@echo "make property the sizing model's property test against its oracle, 100,000+ layouts"
 	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
@@ -157,6 +158,11 @@ lab-down: setup
 
 lab-test: lab
 	"$(BIN)/python" -m pytest -q --durations=15 tests/lab
+
+# The hostile set (docs/safety.md, "Threat model"): a tenant or host user attacks deploy, recover and the event source
+# (tests/lab/test_hostile_*.py); each attack is refused or contained, read from the world. Part of lab-test.
+hostile: lab
+	"$(BIN)/python" -m pytest -q --durations=15 tests/lab/test_hostile_*.py
 
 # Molecule scenarios run on the lab (create/destroy call tests/lab/labctl); one at a time. `default` deploys,
 # verifies, then runs recover's cases as its side_effect (`molecule test -s recover` runs those on their own);

@@ -82,7 +82,7 @@ class ActionModule(ActionBase):
             elif stage == "calculate" and args.get("containers") is not None:
                 result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
                                                                  args["containers"], str(args.get("node_name") or ""),
-                                                                 self._node_reserve_bytes(args))
+                                                                 self._node_reserve_bytes(args), args.get("requested_gb"))
             elif stage == "calculate":
                 result["calculation"] = sglang_deploy.calculate(args.get("plan_input"), args.get("requested_gb"),
                                                                 args.get("request"), args.get("container"),

@@ -207,13 +207,22 @@ def _commit(requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapp
 
 
 def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], containers: Sequence[Mapping[str, Any]],
-                   node_name: str, node_reserve_bytes: int) -> Dict[str, Any]:
+                   node_name: str, node_reserve_bytes: int, requested_gb: Any = None) -> Dict[str, Any]:
     """plan.yml -e plan_node=NODE: the node's plan from the inventory alone (touching no host). ``plan_input`` gives the
     node's facts (mem_total_bytes required; mem_available_bytes, default MemTotal; gpu_memory_mib); the other guests
-    of the node are not read offline (deploy reads and counts them)."""
+    of the node are not read offline (deploy reads and counts them). ``requested_gb`` (plan_requested_gb) is one
+    host's size: given (not blank) it is refused, never dropped, since each container is planned with its own."""
     if not containers:
         raise DeployError("plan_node=%s: the inventory places no container host on it (pve_gpu_container_node_host); "
                           "name a PVE node that has containers" % node_name[:SHOWN])
+    if not is_blank(requested_gb):
+        hosts = ", ".join(str(ct.get("host")) for ct in containers)
+        first = str(containers[0].get("host"))
+        raise DeployError("plan_requested_gb=%s is one container's per-rank size, and plan_node=%s plans each of its "
+                          "containers (%s) with the size its own inventory asks for (sglang_server_hicache_requested_gb): "
+                          "plan that container with it instead, -e plan_host=%s -e plan_requested_gb=%s, or set its "
+                          "sglang_server_hicache_requested_gb and plan the node again"
+                          % (clip(requested_gb, SHOWN), node_name[:SHOWN], hosts, first, clip(requested_gb, SHOWN)))
     given = {k: v for k, v in dict(plan_input or {}).items() if not is_blank(v)} if isinstance(plan_input, Mapping) else None
     if given is None:
         raise DeployError("plan_input must be a dict of the node's facts, got %s" % clip(plan_input, SHOWN))

@@ -312,3 +312,17 @@ def test_a_running_container_whose_cgroup_was_not_read_is_counted_conservatively
     assert [n.split(":")[0] for n in both["notes"]] == ["CT 130 (running)"]
     # A stopped guest or a VM is never "unread".
     assert not npl.cgroup_unread(guest(131, status="stopped"), {}) and not npl.cgroup_unread(guest(200, status="running", kind="qemu"), {})
+
+
+@pytest.mark.parametrize("requested", [300, "300", 0])
+def test_the_node_planned_offline_refuses_a_requested_size_instead_of_dropping_it(requested):
+    # The incident's mistake through the node mode: -e plan_node=pve1 -e plan_requested_gb=300 planned each container
+    # with its own inventory size, said "fits" and dropped the 300 without a word.
+    containers = [ct("ct129", 129, [0, 1, 2, 3], 200), ct("ct131", 131, [4, 5, 6, 7], 200)]
+    requests = {c["host"]: request() for c in containers}
+    facts = {"mem_total_bytes": 449 * GIB, "gpu_memory_mib": 97887}
+    with pytest.raises(rq.DeployError, match=r"plan_requested_gb='?%s'? is one container's per-rank size.*ct129, ct131.*"
+                       r"-e plan_host=ct129 -e plan_requested_gb='?%s" % (requested, requested)):
+        npl.calculate_node(facts, requests, containers, "pve1", 4 * GIB, requested)
+    for blank in (None, "", " "):
+        assert npl.calculate_node(facts, requests, containers, "pve1", 4 * GIB, blank)["node_plan"]["containers"]
