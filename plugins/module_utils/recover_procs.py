@@ -38,9 +38,12 @@ _NFS_SYMBOL_RE = re.compile(r"(?:^|[\s\]])(?:nfs_|nfs4_|rpc_wait_bit_killable|__
 # cgroup path components that name an LXC container: PVE (lxc.cgroup.dir.container = lxc/<vmid>),
 # LXC's own default (lxc.payload.<name>, and lxc.payload/<name> in some 4.x releases), and the
 # legacy v1 layout /lxc/<name>. "lxc.monitor/<vmid>" is the monitor, not the container.
+# Anchored at the hierarchy's root, where only root on the node makes cgroups (PVE: lxc/<vmid>, plain LXC:
+# lxc.payload.<vmid>); a host user's delegated subtree (/user.slice/.../lxc/129) or a tenant's own nested cgroups
+# (/lxc/130/ns/lxc/129) name no other container.
 _CT_CGROUP_RES = (
-    re.compile(r"(?:^|/)lxc/(\d+)(?:/|$)"),
-    re.compile(r"(?:^|/)lxc\.payload[./](\d+)(?:/|$)"),
+    re.compile(r"^/lxc/(\d+)(?:/|$)"),
+    re.compile(r"^/lxc\.payload[./](\d+)(?:/|$)"),
 )
 
 SHM_LEFTOVER_RE = re.compile(r"^(?:nccl-|psm_|sgl_|sglang|torch_)")

@@ -38,7 +38,11 @@ NVIDIA_STACK = """\
 @pytest.mark.parametrize(
     "text,vmid",
     [(CG_V2, 129), (CG_HYBRID, 131), (CG_PAYLOAD, 140), (CG_HOST, None), (CG_MONITOR, None), (CG_V1_ONLY, 133),
-     ("", None), (None, None), ("0::/lxc/1290/ns\n", 1290), ("0::/mylxc/129\n", None)],
+     ("", None), (None, None), ("0::/lxc/1290/ns\n", 1290), ("0::/mylxc/129\n", None),
+     # a host user's delegated subtree, a tenant's nested cgroups: only root makes /lxc/<vmid> at the top
+     ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/lxc/129/x\n", None),
+     ("0::/user.slice/user-1000.slice/user@1000.service/lxc.payload.129\n", None),
+     ("0::/lxc/130/ns/lxc/129\n", 130)],
 )
 def test_container_of_cgroup(text, vmid):
     assert procs.container_of_cgroup(text) == vmid
