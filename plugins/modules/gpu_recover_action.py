@@ -49,9 +49,16 @@ description:
     (an unverified holder, see M(inferops.gpu_inference.gpu_diagnose)) refuses every reset; one in another container
     is named in RV(unverified_holders) only.
   - With O(stop_host_daemons), a host C(nvidia-persistenced) that holds the GPUs' device files (it blocks any reset)
-    is stopped first (its systemd unit, else SIGTERM to that process) and started again afterwards (the unit, else
-    its own command line), whatever the reset's outcome; the module fails if it does not come back. Any other host
-    process holding a GPU (DCGM, exporters, another tenant) is a client, so that GPU's reset is refused.
+    is stopped first and started again afterwards, whatever the reset's outcome, only through its systemd unit
+    (C(systemctl stop)/C(systemctl start nvidia-persistenced.service)), and only when systemd vouches for it; it is the
+    unit's C(MainPID) (same start time), the unit is active, its unit file lies under C(/etc/systemd/system),
+    C(/lib/systemd/system) or C(/usr/lib/systemd/system), the unit file, its drop-ins and its C(ExecStart) binary
+    are root's alone (owned by root, writable by no group or other, up to C(/)), the process's real uid is root's
+    or the user the unit names (C(User=), C(--user)), and the kernel puts it in the unit's control group. Nothing
+    read from the process (its name, command line or cgroup as it tells them) is trusted or run. The module fails
+    if the daemon does not come back. Any other host process holding a GPU (DCGM, exporters, another tenant, a
+    process that only calls itself nvidia-persistenced) is a client, so that GPU's reset is refused and the
+    holder named with why.
   - In check mode nothing is signalled, aborted or reset; the module reports what it would do.
 options:
   vmid:
@@ -119,7 +126,8 @@ options:
     type: path
   stop_host_daemons:
     description:
-      - Stop a host C(nvidia-persistenced) for the reset and start it again afterwards (O(action=reset_gpus)).
+      - Stop a host C(nvidia-persistenced) for the reset and start it again afterwards, through its systemd unit
+        (O(action=reset_gpus)).
       - V(false) treats it as a client like any other, so the reset of the GPUs it holds is refused.
     type: bool
     default: true
@@ -208,7 +216,7 @@ unverified_holders:
   type: list
   elements: str
 daemons:
-  description: Host daemons stopped for the reset (name, pid, unit, argv, stopped, restarted, pid_after, error).
+  description: Host daemons stopped for the reset (name, pid, unit, stopped, restarted, pid_after, error).
   returned: when action is reset_gpus and a reset was attempted
   type: list
   elements: dict
@@ -540,7 +548,10 @@ def reset_gpus(module, vmid, smi, result):
         return
     result["gpu_numbering"] = {str(i): {"minor": m, "pci_bus_id": numbering["bus_of_index"].get(i)}
                                for i, m in sorted(numbering["minor_of_index"].items())}
-    # Clients: any process (any owner) with the GPU's node open, any compute app on it.
+    # Clients: any process (any owner) with the GPU's node open, any compute app on it. A host daemon that holds
+    # the GPUs (nvidia-persistenced) is stopped for the reset and started again only when its systemd unit vouches
+    # for it (recover_daemons: what root controls, never what the process says of itself); every other holder is
+    # a client that blocks the reset of its GPUs, named with why it is not the daemon.
     scan = procs.scan_processes(vmid, "/", procs.uvm_majors())
     holders = by_index(scan["nvidia_holders"], numbering)
     # A /dev/nvidia* path on a filesystem the scan never stats (a FUSE mount at /dev/nvidia-x) is an unverified
@@ -552,14 +563,14 @@ def reset_gpus(module, vmid, smi, result):
     unverified = scan.get("unverified_holders", [])
     blocking = [h for h in unverified if h["vmid"] is None or h["vmid"] == vmid]
     result["unverified_holders"] = [procs.describe_unverified(h) for h in unverified]
-    # Host daemons that hold every GPU (nvidia-persistenced) are stopped for the reset and started again; every
-    # other holder is a client that blocks the reset of its GPUs (recover_daemons).
-    split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"])
+    units = read_units(module) if p["stop_host_daemons"] else {}
+    split = rd.split_host_holders(holders, sorted(rows), p["stop_host_daemons"], units, rd.read_real_uid)
     daemons = split["daemons"]
     busy = {}
     for h in split["clients"]:
         for g in h["gpu_fds"]:
-            busy.setdefault(g, []).append("%d/%s (%s)" % (h["pid"], h["comm"], "CT %s" % h["vmid"] if h["vmid"] is not None else "host"))
+            busy.setdefault(g, []).append("%d/%s (%s: %s)" % (
+                h["pid"], h["comm"], "CT %s" % h["vmid"] if h["vmid"] is not None else "host", h["why"]))
     rc, out, err = run_smi(module, smi, gpu_facts.compute_apps_query_args("x")[1:], t)
     uuid_index = {g["uuid"]: i for i, g in rows.items()}
     if rc == 0:
@@ -604,10 +615,6 @@ def reset_gpus(module, vmid, smi, result):
                      "extra_nvlink_peers": [g for g in group if g not in wanted]})
     planned_gpus = {g for item in plan for g in item["gpus"]}
     daemons = [d for d in daemons if set(d["gpus"]) & planned_gpus]
-    minors_of = {h["pid"]: h["gpu_fd_minors"] for h in holders}
-    for d in daemons:
-        d["argv"] = rd.parse_cmdline(_read_bytes("/proc/%d/cmdline" % d["pid"]))
-        d["gpu_minors"] = minors_of.get(d["pid"], [])
     result["planned"] = {"action": gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], "nvlink_peers": {str(k): v for k, v in peers.items()},
                          "nvlink_known": topo_rc == 0, "groups": plan,
                          "stop_host_daemons": [rd.describe(d) for d in daemons]}
@@ -623,16 +630,26 @@ def reset_gpus(module, vmid, smi, result):
     finally:
         for d in stopped:
             start_daemon(module, d)
-        keys = ("name", "pid", "unit", "argv", "stopped", "restarted", "pid_after", "error")
+        keys = ("name", "pid", "unit", "stopped", "restarted", "pid_after", "error")
         result["daemons"] = [{k: d.get(k) for k in keys} for d in daemons]
 
 
-def _read_bytes(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+def systemctl(module, args, timeout=rd.SYSTEMCTL_TIMEOUT_S):
+    """``systemctl ARGS``, bounded (run_bounded): (rc, out, err); rc 127 when there is no systemctl."""
+    sbin = module.get_bin_path("systemctl")
+    if not sbin:
+        return 127, "", "systemctl not found"
+    return run_bounded(module, [sbin] + list(args), timeout)
+
+
+def unit_facts(module, unit):
+    rc, out, err = systemctl(module, rd.show_args(unit))
+    return rd.unit_facts(unit, out if rc == 0 else "")
+
+
+def read_units(module):
+    """What systemd says of the units of the host daemons rung 5 may stop (recover_daemons.unit_facts)."""
+    return {unit: unit_facts(module, unit) for unit in rd.STOPPABLE_UNITS}
 
 
 def _same_process(pid, starttime):
@@ -640,46 +657,43 @@ def _same_process(pid, starttime):
 
 
 def stop_daemon(module, d):
-    """Stop a host daemon that holds the GPUs: its systemd unit, else SIGTERM to that very process (pidfd)."""
-    systemctl = module.get_bin_path("systemctl") if d.get("unit") else None
-    if systemctl:
-        rc, out, err = run_bounded(module, [systemctl, "stop", d["unit"]], module.params["command_timeout"])
-        if rc != 0:
-            d["error"] = "systemctl stop %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
-    else:
-        rsig.signal_pid(d["pid"], d.get("starttime"), rsig.SIGNALS["TERM"])
-    gone = rsig.wait_until(lambda: not _same_process(d["pid"], d.get("starttime")), 30)
+    """Stop a host daemon through its systemd unit, after systemd confirms it is still that unit's main process."""
+    why = rd.still_main(d, unit_facts(module, d["unit"]), _same_process(d["pid"], d["starttime"]))
+    if why:
+        raise DaemonError(why + "; no GPU was reset")
+    rc, out, err = systemctl(module, ["stop", d["unit"]])
+    if rc != 0:
+        d["error"] = "systemctl stop %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
+    gone = rsig.wait_until(lambda: not _same_process(d["pid"], d["starttime"]), rd.STOP_WAIT_S)
     d["stopped"] = bool(gone)
     if not gone:
-        raise DaemonError("%s (pid %d) did not stop within 30 s; no GPU was reset" % (d["name"], d["pid"]))
+        raise DaemonError("%s (pid %d) did not stop within %d s of systemctl stop %s; no GPU was reset" % (
+            d["name"], d["pid"], rd.STOP_WAIT_S, d["unit"]))
 
 
 def start_daemon(module, d):
-    """Start a stopped daemon again as it ran, and wait until a new instance holds the GPUs again."""
-    if d.get("unit") and module.get_bin_path("systemctl"):
-        rc, out, err = run_bounded(module, [module.get_bin_path("systemctl"), "start", d["unit"]],
-                                   module.params["command_timeout"])
-    elif d.get("argv"):
-        rc, out, err = run_bounded(module, d["argv"], module.params["command_timeout"])
-    else:
-        rc, out, err = 1, "", "no command line recorded"
+    """Start a stopped daemon again through its unit (nothing else is ever run), and wait until the unit's new main
+    process holds the GPUs again."""
+    rc, out, err = systemctl(module, ["start", d["unit"]])
     if rc != 0:
-        d["error"] = "start: rc %d %s" % (rc, (err or out).strip())
+        d["error"] = "systemctl start %s: rc %d %s" % (d["unit"], rc, (err or out).strip())
         d["restarted"] = False
         return
+    state = {}
 
-    def holding():
-        # d["gpu_minors"]: the device minors the stopped daemon held open (the scan's own numbering).
-        for h in procs.scan_processes(-1, "/", procs.uvm_majors())["nvidia_holders"]:
-            if h["vmid"] is None and rd.STOPPABLE.get(h["comm"]) == d["name"] and \
-                    set(d.get("gpu_minors", d["gpus"])) <= set(h["gpu_fds"]):
-                return h["pid"]
-        return None
-    rsig.wait_until(lambda: holding() is not None, 30)
-    d["pid_after"] = holding()
-    d["restarted"] = d["pid_after"] is not None
+    def back():
+        facts = unit_facts(module, d["unit"])
+        main = facts["main_pid"]
+        # The device minors the new main process holds open (the scan's own numbering, as gpu_minors).
+        held = (procs.read_process(main, "/", procs.uvm_majors(), deep=False) or {}).get("gpu_fds") if main else None
+        state["ok"], state["why"] = rd.restarted(d, facts, held)
+        state["pid"] = main
+        return state["ok"]
+    rsig.wait_until(back, rd.START_WAIT_S)
+    d["restarted"] = bool(state.get("ok"))
+    d["pid_after"] = state.get("pid") if d["restarted"] else None
     if not d["restarted"]:
-        d["error"] = "started, but no %s holds GPUs %s after 30 s" % (d["name"], d["gpus"])
+        d["error"] = "started, but after %d s: %s" % (rd.START_WAIT_S, state.get("why"))
 
 
 class DaemonError(Exception):

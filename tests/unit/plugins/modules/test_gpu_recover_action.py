@@ -4,10 +4,14 @@
 real signals to real processes (the scan reads the real /proc); rungs 1, 4 and 5 on canned command output."""
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 import yaml
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
@@ -140,18 +144,31 @@ def smi_q(minor_of_index):
         "    Minor Number                          : %s\n\n" % (i, minor_of_index.get(i, "N/A")) for i in range(8))
 
 
+CURRENT = {}
+
+
 class ResetModule(FakeModule):
+    systemctl_present = True
+
     def __init__(self, other_config, own_config="dev0: /dev/nvidia0\ndev1: /dev/nvidia1\n", minors=None,
                  topo=TOPO_NVSWITCH, q_rc=0):
         self.calls = []
+        self.systemctl = []
         self.other_config = other_config
         self.own_config = own_config
         self.minors = {i: i for i in range(8)} if minors is None else minors
         self.topo = topo
         self.q_rc = q_rc
+        CURRENT["module"] = self
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
-        return {"pct": "/usr/sbin/pct"}.get(name)
+        return {"pct": "/usr/sbin/pct", "systemctl": "/usr/bin/systemctl" if self.systemctl_present else None}.get(name)
+
+    def show(self):
+        """systemd's view of nvidia-persistenced.service: MainPID 4321 until stopped, 5555 once started again."""
+        main = 5555 if getattr(self, "daemon_started", False) else 0 if getattr(self, "daemon_stopped", False) else 4321
+        return SHOW.replace("MainPID=4321", "MainPID=%d" % main).replace(
+            "ActiveState=active", "ActiveState=%s" % ("active" if main else "inactive"))
 
     def run_command(self, args, **kwargs):
         cmd = list(args)
@@ -172,8 +189,15 @@ class ResetModule(FakeModule):
             return 0, "", ""
         if "-r" in cmd:
             return 0, "GPU reset", ""
-        if "/usr/bin/nvidia-persistenced" in cmd:
-            self.daemon_started = True
+        if "/usr/bin/systemctl" in cmd:
+            verb = cmd[cmd.index("/usr/bin/systemctl") + 1]
+            self.systemctl.append(cmd[cmd.index("/usr/bin/systemctl") + 1:])
+            if verb == "show":
+                return 0, self.show(), ""
+            if verb == "stop":
+                self.daemon_stopped = True
+            if verb == "start":
+                self.daemon_started = True
             return 0, "", ""
         return 1, "", "unexpected %s" % cmd
 
@@ -243,50 +267,76 @@ def test_kill_holders_targets_the_containers_unverified_holders(monkeypatch, chi
     assert fuse_holder.gone()
 
 
+CG = "/system.slice/nvidia-persistenced.service"
 PERSISTENCED = {"pid": 4321, "comm": "nvidia-persiste", "starttime": 99, "vmid": None, "gpu_fds": list(range(8)),
-                "cgroup": {"": "/"}}
+                "cgroup": {"name=systemd": CG, "": CG}}
+SHOW = ("Id=nvidia-persistenced.service\nLoadState=loaded\nActiveState=active\nMainPID=4321\nControlGroup=%s\n"
+        "FragmentPath=/lib/systemd/system/nvidia-persistenced.service\nDropInPaths=\n"
+        "ExecStart={ path=/usr/bin/nvidia-persistenced ; argv[]=/usr/bin/nvidia-persistenced --verbose ; "
+        "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\nUser=\n" % CG)
 
 
-def test_persistenced_is_stopped_for_the_reset_and_started_again(monkeypatch):
-    events = []
-    alive = {"old": True}
-
-    def signal_pid(pid, starttime, sig, root="/"):
-        events.append(("signal", pid, starttime, sig))
-        alive["old"] = False
-        return "sent"
-    monkeypatch.setattr(rsig, "signal_pid", signal_pid)
-    monkeypatch.setattr(action, "_same_process", lambda pid, st: alive["old"])
-    monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
+@pytest.fixture
+def root_owned_unit(monkeypatch):
+    """The unit's files, as lstat sees them: root's (the module reads them through recover_daemons.unit_facts)."""
+    real = rd.unit_facts
+    monkeypatch.setattr(rd, "unit_facts", lambda unit, text: real(
+        unit, text, stat_fn=lambda path: os.stat_result((stat.S_IFDIR | 0o755, 0, 0, 1, 0, 0, 0, 0, 0, 0)),
+        resolve=lambda path: path))
+    monkeypatch.setattr(rd, "read_real_uid", lambda pid: {4321: 0, 4242: 65534}.get(pid))
     monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: pred())
-    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED],
-                           after_start=[dict(PERSISTENCED, pid=5555, starttime=300)])
-    assert events == [("signal", 4321, 99, rsig.SIGNALS["TERM"])]
+    # The scanned daemon (PID and start time) lives until systemctl stop.
+    monkeypatch.setattr(action, "_same_process", lambda pid, st: not getattr(CURRENT["module"], "daemon_stopped", False))
+
+
+def test_persistenced_is_stopped_and_started_again_only_through_its_unit(monkeypatch, root_owned_unit):
+    monkeypatch.setattr(procs, "read_process", lambda pid, root, majors, deep=True: {"gpu_fds": list(range(8))}
+                        if pid == 5555 else None)
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED])
+    verbs = [c[0] if c[0] != "show" else "show" for c in module.systemctl]
+    assert verbs == ["show", "show", "stop", "start", "show"]
+    assert [c[-1] for c in module.systemctl] == ["nvidia-persistenced.service"] * 5
+    assert not any("nvidia-persistenced" in c[0] for c in module.calls), "nothing but systemctl starts it"
     assert [c[c.index("-r"):] for c in module.calls if "-r" in c] == [["-r", "-i", "0,1,2,3,4,5,6,7"]]
-    assert module.daemon_started
     daemon = result["daemons"][0]
-    assert daemon["name"] == "nvidia-persistenced" and daemon["stopped"] is True
-    assert daemon["argv"] == ["/usr/bin/nvidia-persistenced"]
-    assert daemon["restarted"] is True and daemon["pid_after"] == 5555
+    assert daemon["unit"] == "nvidia-persistenced.service" and daemon["stopped"] is True
+    assert daemon["restarted"] is True and daemon["pid_after"] == 5555 and daemon["error"] is None
     assert result["planned"]["stop_host_daemons"] == [
-        "nvidia-persistenced (pid 4321), started again through its own command line /usr/bin/nvidia-persistenced"]
+        "nvidia-persistenced (pid 4321), the main process of nvidia-persistenced.service: stopped and started again "
+        "through that unit"]
+
+
+def test_an_impostor_holding_the_gpu_refuses_the_reset_and_nothing_is_stopped(monkeypatch, root_owned_unit):
+    impostor = dict(PERSISTENCED, pid=4242, starttime=500, gpu_fds=[0], cgroup={"name=systemd": "/", "": "/"})
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED, impostor])
+    assert not any("-r" in c for c in module.calls)
+    assert [c[0] for c in module.systemctl] == ["show"], "only asked about, never stopped or started"
+    assert result["refused"][0]["why"] == (
+        "clients on GPU 0: 4242/nvidia-persiste (host: not the main process of a host daemon's unit "
+        "(nvidia-persistenced.service's is 4321))")
+    assert result.get("daemons") is None
+
+
+def test_without_systemd_persistenced_is_a_client(monkeypatch, root_owned_unit):
+    monkeypatch.setattr(ResetModule, "systemctl_present", False)
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED])
+    assert not any("-r" in c for c in module.calls)
+    assert "4321/nvidia-persiste (host: not the main process" in result["refused"][0]["why"]
 
 
 def test_without_stop_host_daemons_persistenced_blocks_the_reset(monkeypatch):
     result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED], stop_host_daemons=False)
-    assert not any("-r" in c for c in module.calls)
-    assert result["refused"][0]["why"].startswith("clients on GPU 0: 4321/nvidia-persiste (host)")
+    assert not any("-r" in c for c in module.calls) and module.systemctl == []
+    assert result["refused"][0]["why"].startswith("clients on GPU 0: 4321/nvidia-persiste (host: host daemons are not")
 
 
-def test_a_daemon_that_does_not_come_back_is_reported(monkeypatch):
-    monkeypatch.setattr(rsig, "signal_pid", lambda pid, starttime, sig, root="/": "sent")
-    monkeypatch.setattr(action, "_same_process", lambda pid, st: False)
-    monkeypatch.setattr(action, "_read_bytes", lambda path: b"/usr/bin/nvidia-persistenced\0")
-    monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: pred())
-    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED], after_start=[])
+def test_a_daemon_that_does_not_come_back_is_reported(monkeypatch, root_owned_unit):
+    monkeypatch.setattr(procs, "read_process", lambda pid, root, majors, deep=True: {"gpu_fds": []})
+    result, module = reset(monkeypatch, "memory: 256\n", holders=[PERSISTENCED])
     daemon = result["daemons"][0]
     assert daemon["stopped"] is True and daemon["restarted"] is False
-    assert "no nvidia-persistenced holds GPUs" in daemon["error"]
+    assert daemon["error"] == ("started, but after 30 s: nvidia-persistenced.service's main process 5555 does not "
+                               "hold /dev/nvidia0,1,2,3,4,5,6,7")
 
 
 # Rungs 1 and 4 run pct on the node: what is run, in what order, and what is reported.
@@ -450,7 +500,7 @@ def test_a_holder_of_the_other_minor_blocks_the_right_gpu(monkeypatch):
     result, module = reset(monkeypatch, "memory: 256\n", holders=[user], gpus=[6],
                            own_config="dev0: /dev/nvidia5\n", minors=SWAPPED, topo=TOPO_PCIE)
     assert resets(module) == []
-    assert result["refused"][0]["why"].startswith("clients on GPU 6: 7002/hog (host)")
+    assert result["refused"][0]["why"].startswith("clients on GPU 6: 7002/hog (host: not the main process")
 
 
 @pytest.mark.parametrize("kw, why", [
