@@ -328,15 +328,23 @@ def test_xid_on_exit_is_logged_when_the_client_goes_away(gpu_fault_clear):
     assert [ln for ln in lines if ln.startswith("NVRM: Xid (PCI:%s:%s): 45, pid=%d," % (bus[4:8], bus[9:14], h.pid))]
 
 
-def test_persistenced_started_again_from_its_command_line_is_the_same_daemon():
-    """What rung 5 does without systemd: SIGTERM, then the recorded /proc/PID/cmdline again."""
+def test_persistenced_runs_under_its_root_owned_unit_and_comes_back_through_it():
+    """What rung 5 does: systemctl stop, then systemctl start of the unit; the new main process is in the unit's
+    cgroup and holds every GPU again."""
     pid = t.persistenced_pid()
-    argv = [a for a in open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0") if a]
-    os.kill(pid, signal.SIGTERM)
-    assert t.wait_for(lambda: t.persistenced_pid() is None)
-    assert t.run([a.decode() for a in argv]).returncode == 0
+    unit = t.unit_show()
+    assert (unit["LoadState"], unit["ActiveState"], unit["MainPID"]) == ("loaded", "active", str(pid))
+    st = os.stat(unit["FragmentPath"])
+    assert unit["FragmentPath"] == "/lib/systemd/system/nvidia-persistenced.service"
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o644)
+    assert "path=/usr/bin/nvidia-persistenced ;" in unit["ExecStart"]
+    assert "name=systemd:/system.slice/nvidia-persistenced.service" in open("/proc/%d/cgroup" % pid).read()
+    assert t.run([t.SYSTEMCTL, "stop", t.PERSISTENCED_UNIT], timeout=150).returncode == 0
+    assert t.persistenced_pid() is None and t.unit_show()["ActiveState"] == "inactive"
+    assert t.run([t.SYSTEMCTL, "start", t.PERSISTENCED_UNIT], timeout=150).returncode == 0
     new = t.persistenced_pid()
-    assert new is not None and new != pid
+    assert new is not None and new != pid and t.unit_show()["MainPID"] == str(new)
+    assert "name=systemd:/system.slice/nvidia-persistenced.service" in open("/proc/%d/cgroup" % new).read()
     assert open("/proc/%d/comm" % new).read().strip() == "nvidia-persiste"
     held = [os.readlink("/proc/%d/fd/%s" % (new, fd)) for fd in os.listdir("/proc/%d/fd" % new)]
     assert sorted(h for h in held if h[11:].isdigit()) == ["/dev/nvidia%d" % i for i in range(8)]

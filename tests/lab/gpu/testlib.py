@@ -194,16 +194,27 @@ def persistenced_pid():
         return None
 
 
+# The node runs it under its systemd unit, through the lab's service manager (docs/lab.md, "Service manager").
+SYSTEMCTL = "/usr/local/sbin/systemctl"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+
+
+def unit_show(unit=PERSISTENCED_UNIT):
+    """``systemctl show UNIT`` as a dict (the lab's service manager)."""
+    r = run([SYSTEMCTL, "show", unit], timeout=150)
+    assert r.returncode == 0, r.stderr
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
 @contextlib.contextmanager
 def persistenced_stopped():
-    """The node's nvidia-persistenced stopped for the block (as an operator would before nvidia-smi -r), then
-    started again."""
-    pid = persistenced_pid()
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
+    """The node's nvidia-persistenced stopped for the block through its unit (as an operator would before
+    nvidia-smi -r), then started again through it."""
+    if persistenced_pid() is not None:
+        assert run([SYSTEMCTL, "stop", PERSISTENCED_UNIT], timeout=150).returncode == 0
         assert wait_for(lambda: persistenced_pid() is None)
     try:
         yield
     finally:
         if persistenced_pid() is None:
-            run([PERSISTENCED], check=True)
+            run([SYSTEMCTL, "start", PERSISTENCED_UNIT], check=True, timeout=150)
