@@ -14,7 +14,7 @@ description:
     (O(event=start)) and steps it with the first diagnosis, each rung's action, each verification, the record of the
     baseline and the container's start. The new state says what the role does next (C(climb) with C(next) and
     C(rung_name), C(record_baseline_now), C(restore_container), C(reboot_now)), the budgets of each rung
-    (C(budgets)) and the record of every rung (C(rungs)), which P(inferops.gpu_inference.recover_report#filter)
+    (C(budgets)), the next action's task timeout (C(action_timeout_s)) and the record of every rung (C(rungs)), which P(inferops.gpu_inference.recover_report#filter)
     turns into the report.
   - Raises an error that names the bad value (a setting that is not a number of seconds, an unknown event).
 options:
@@ -51,7 +51,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The new state (vmid, node, clean, next, rung_name, climb, record_baseline_now, restore_container,
-    reboot_now, ignore_baseline, budgets, pending, rungs, before, after, ct_was_running, ct_stopped_by_us,
+    reboot_now, ignore_baseline, budgets, action_timeout_s, pending, rungs, before, after, ct_was_running, ct_stopped_by_us,
     reboot_needed, baseline_recorded, daemons_down, settings).
   type: dict
 """

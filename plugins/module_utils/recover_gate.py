@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import describe_unverified
 
@@ -57,10 +58,64 @@ POLL_BUDGET_SETTING: dict[int, str] = {
 }
 
 
-def action_budget_s(rung: int, settings: Mapping[str, Any]) -> int:
+# What a node command may take beyond its own timeout: gpu_recover_action runs each under the bounded supervisor
+# (bounded_command: SIGKILL at the deadline, output relayed at most 1 s after the command's exit), plus its start.
+COMMAND_SLACK_S = 5
+# ``pct status`` (is the container running, its init PID) is given this long.
+PCT_STATUS_TIMEOUT_S = 30
+
+
+def reset_command_timeout_s(settings: Mapping[str, Any]) -> int:
+    """Seconds each nvidia-smi call of rung 5 may take (``-r`` gets three times this): a third of reset_timeout."""
+    return max(int(settings.get("reset_timeout", 180)) // 3, 1)
+
+
+def other_containers_scan_s(command_timeout_s: int) -> int:
+    """Seconds rung 5 may spend reading the other running containers' GPUs (``pct list`` and one ``pct config``
+    each, however many there are); past it their GPUs are unknown and the reset is refused."""
+    return 2 * command_timeout_s
+
+
+def reset_step_bounds_s(settings: Mapping[str, Any], gpu_count: int = 1) -> dict[str, int]:
+    """The most each step of rung 5 (gpu_recover_action, action reset_gpus) may take, in the order it runs them, for a
+    container with ``gpu_count`` GPUs (each may be its own reset group). gpu_recover_action bounds every one of
+    these steps itself; action_budget_s adds them up."""
+    s = {k: int(v) for k, v in settings.items() if isinstance(v, (int, float, str)) and str(v).isdigit()}
+    t = reset_command_timeout_s(s)
+    smi = t + COMMAND_SLACK_S
+    pct_status = PCT_STATUS_TIMEOUT_S + COMMAND_SLACK_S
+    systemctl = rd.SYSTEMCTL_TIMEOUT_S + COMMAND_SLACK_S
+    units = len(rd.STOPPABLE_UNITS)
+    return {
+        # Ending the container's GPU processes first (as rungs 1 and 2).
+        "container_status": pct_status,
+        "stop_service": s.get("service_stop_timeout", 90) + COMMAND_SLACK_S,
+        "compute_apps_to_kill": smi,
+        "container_init": smi,
+        "term_grace": s.get("term_grace", 10),
+        "kill_wait": s.get("kill_wait", 60),
+        # What holds the GPUs, what the other containers have, who vouches for the host daemons.
+        "query_gpus": smi,
+        "nvlink_topology": smi,
+        "gpu_numbering": smi,
+        "container_config": smi,
+        "host_daemon_units": units * systemctl,
+        "compute_apps": smi,
+        "other_containers": other_containers_scan_s(t),
+        # Each host daemon: checked and stopped through its unit, then gone; started again, then holding the GPUs.
+        "daemons_stop": units * (2 * systemctl + rd.STOP_WAIT_S),
+        # Each reset group: persistence mode off, nvidia-smi -r (3 x t), persistence mode on.
+        "reset_groups": max(int(gpu_count), 1) * (5 * t + 3 * COMMAND_SLACK_S),
+        "daemons_start": units * (2 * systemctl + rd.START_WAIT_S + systemctl),
+    }
+
+
+def action_budget_s(rung: int, settings: Mapping[str, Any], gpu_count: int = 1) -> int:
     """Seconds rung ``rung``'s action may take at most (every step's own limit, plus slack), from the role's settings
     (service_stop_timeout, term_grace, kill_wait, stuck_timeout, container_shutdown_timeout, container_stop_timeout,
-    reset_timeout). gpu_recover_action bounds each step itself; this is the task's safety net."""
+    reset_timeout); rung 5's for a container with ``gpu_count`` GPUs (reset_step_bounds_s). gpu_recover_action
+    bounds each step itself; this is the task's safety net, above the sum, so that it never cuts a step short (a
+    host daemon stopped for a reset and not started again)."""
     s = {k: int(v) for k, v in settings.items() if isinstance(v, (int, float, str)) and str(v).isdigit()}
     disable = 35  # systemctl disable inside the container, 30 s + kill
     budgets = {
@@ -68,9 +123,7 @@ def action_budget_s(rung: int, settings: Mapping[str, Any]) -> int:
         RUNG_KILL_HOLDERS: disable + s.get("term_grace", 10) + s.get("kill_wait", 60) + 30,
         RUNG_UNBLOCK_STUCK: s.get("stuck_timeout", 60) + s.get("kill_wait", 60) + 30,
         RUNG_STOP_CONTAINER: disable + s.get("container_shutdown_timeout", 60) + 35 + s.get("container_stop_timeout", 90) + 40,
-        # Ending the container's GPU processes first (as rungs 1 and 2), then the reset.
-        RUNG_RESET_GPUS: s.get("service_stop_timeout", 90) + 10 + s.get("term_grace", 10) + s.get("kill_wait", 60)
-        + s.get("reset_timeout", 180) + 120,
+        RUNG_RESET_GPUS: sum(reset_step_bounds_s(s, gpu_count).values()),
     }
     if rung not in budgets:
         raise ValueError("rung %r has no action (acting rungs: %s)" % (rung, list(ACTING_RUNGS)))

@@ -142,7 +142,8 @@ def _strip(result: Optional[Mapping[str, Any]], also: tuple[str, ...] = ()) -> d
 
 
 def budgets(settings: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """Per rung (as text: the keys of a dict Ansible passes around): the action task's timeout, the verification's
+    """Per rung (as text: the keys of a dict Ansible passes around): the action task's timeout (rung 5's for a
+    container with one GPU; the state's action_timeout_s is the one for the container's GPUs), the verification's
     polling budget, its retries (each poll is two samples ``poll_sample_interval`` apart, plus about 1.5 s) and the
     timeout of one poll."""
     interval = settings["poll_sample_interval"]
@@ -173,7 +174,7 @@ def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
         vmid = int(vmid)
     except (TypeError, ValueError) as exc:
         raise LadderError("vmid must be an integer, got %r" % (vmid,)) from exc
-    reset_command_s = max(clean_settings["reset_timeout"] // 3, 1)
+    reset_command_s = gate.reset_command_timeout_s(clean_settings)
     # gpu_recover_action's options for every acting rung (the module takes the ones its action uses).
     action_args = {"term_grace": clean_settings["term_grace"], "wait": clean_settings["kill_wait"],
                    "service_stop_timeout": clean_settings["service_stop_timeout"],
@@ -196,6 +197,10 @@ def _derive(state: dict[str, Any]) -> dict[str, Any]:
     diagnosed = state.get("before") is not None
     state["climb"] = diagnosed and not clean and nxt in gate.ACTING_RUNGS
     state["rung_name"] = gate.RUNG_NAMES.get(nxt, "")
+    # The next action's task timeout: its steps' bounds summed, rung 5's for the container's GPUs (each may be its
+    # own reset group), so that the timeout never cuts a step short.
+    gpus = ((after.get("evidence") or {}).get("container") or {}).get("gpus") or []
+    state["action_timeout_s"] = gate.action_budget_s(nxt, flags, len(gpus)) if nxt in gate.ACTING_RUNGS else 0
     # The ladder from the next rung on, as the check-mode plan prints it (each later rung only if still needed).
     state["ladder_ahead"] = [gate.RUNG_NAMES[r] for r in sorted(gate.RUNG_NAMES) if r >= max(nxt, 1)] if nxt else []
     state["record_baseline_now"] = bool(

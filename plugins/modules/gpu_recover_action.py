@@ -304,18 +304,35 @@ def by_index(holders, numbering):
 
 
 def other_containers_gpus(module, vmid, timeout):
-    """{VMID: [GPU minor]} of the node's other running containers (their devN), or (None, why) when unknown."""
+    """{VMID: [GPU minor]} of the node's other running containers (their devN), or (None, why) when unknown:
+    ``pct list`` and one ``pct config`` each, all within recover_gate.other_containers_scan_s (however many
+    containers run); past it their GPUs are unknown."""
     pct = module.get_bin_path("pct", opt_dirs=["/usr/sbin"])
     if not pct:
         return None, "pct not found"
-    rc, out, err = run_bounded(module, [pct, "list"], timeout)
+    total = gate.other_containers_scan_s(timeout)
+    deadline = time.monotonic() + total
+
+    def run(args):
+        left = int(deadline - time.monotonic()) - gate.COMMAND_SLACK_S
+        if left < 1:
+            return None
+        return run_bounded(module, [pct] + args, min(timeout, left))
+    late = "reading the other containers' configs took more than %d s" % total
+    done = run(["list"])
+    if done is None:
+        return None, late
+    rc, out, err = done
     if rc != 0:
         return None, "pct list failed (rc %d): %s" % (rc, (err or out).strip())
     found = {}
     for other, status in sorted(pve.parse_pct_list(out).items()):
         if other == vmid or status != "running":
             continue
-        rc, out, err = run_bounded(module, [pct, "config", str(other)], timeout)
+        done = run(["config", str(other)])
+        if done is None:
+            return None, late
+        rc, out, err = done
         if rc != 0:
             return None, "pct config %d failed (rc %d): %s" % (other, rc, (err or out).strip())
         found[other] = pve.parse_pct_config_gpus(out)
@@ -469,7 +486,7 @@ def pct_command(module, args, timeout, result, changed=True):
 
 
 def container_running(module, vmid, result):
-    rc, out, err = pct_command(module, ["status", vmid], 30, result, changed=False)
+    rc, out, err = pct_command(module, ["status", vmid], gate.PCT_STATUS_TIMEOUT_S, result, changed=False)
     return rc == 0 and pve.parse_pct_status(out)["status"] == "running"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import yaml
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
@@ -512,3 +513,71 @@ def test_without_the_drivers_numbering_nothing_is_reset(monkeypatch, kw, why):
     result, module = reset(monkeypatch, "memory: 256\n", **kw)
     assert resets(module) == [] and result["changed"] is False
     assert result["refused"][0]["why"].startswith("GPU numbering unknown, no GPU reset: " + why), result["refused"]
+# Rung 5's task timeout (the role's) covers every step the module takes, each bounded by the module itself.
+class BoundedModule(ResetModule):
+    """Records the bound of every command (the bounded supervisor's timeout plus the slack the budget allows each
+    command, recover_gate.COMMAND_SLACK_S) and fails on a command run without one."""
+
+    def __init__(self, other_config, params):
+        super().__init__(other_config)
+        self.params = params
+        self.bounds = []
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return {"pct": "/usr/sbin/pct", "systemctl": "/usr/bin/systemctl", "timeout": "/usr/bin/timeout"}.get(name)
+
+    def run_command(self, args, **kwargs):
+        args = list(args)
+        assert args[1:3] == ["-c", bounded_command.SUPERVISOR], "a step of rung 5 without a bound: %s" % args
+        inner = args[args.index("--") + 1:]
+        self.bounds.append((" ".join(inner[:3]), float(args[3]) + gate.COMMAND_SLACK_S))
+        if inner[:2] == ["/usr/sbin/pct", "status"]:
+            return 0, "status: running\npid: 777\n", ""
+        if inner[:2] == ["/usr/sbin/pct", "exec"]:
+            return 0, "", ""
+        if inner[-2:] == ["topo", "-m"]:
+            return 0, "\tGPU0\tGPU1\nGPU0\tX\tSYS\nGPU1\tSYS\tX\n", ""   # no NVLink: each GPU its own reset group
+        return super().run_command(inner, **kwargs)
+
+
+def role_defaults():
+    path = os.path.join(os.path.dirname(action.__file__), "..", "..", "roles", "gpu_recover", "defaults", "main.yml")
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, root_owned_unit):
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
+    defaults = role_defaults()
+    settings = {k: defaults["gpu_recover_" + k] for k in ladder.SETTING_KEYS}
+    state = ladder.start(VMID, "pve1", "2026-12-04T00:00:00Z", 0, "status: running\n", settings)
+    gpus = [0, 1]
+    state = ladder.step(state, "diagnosed", {"clean": False, "recommended_rung": gate.RUNG_RESET_GPUS,
+                                             "evidence": {"container": {"gpus": gpus}}}, 0, 1)
+    assert state["next"] == gate.RUNG_RESET_GPUS
+    budget = state["action_timeout_s"]
+    # The module, with the options the role passes (action.yml: action_args), through every step: the container
+    # runs, its service and a GPU process are ended, the host's nvidia-persistenced is stopped and started again
+    # through its unit, and each GPU is reset on its own.
+    params = dict(state["action_args"], gpus=gpus, service="sglang.service", stop_host_daemons=True,
+                  unit_stop_timed_out=False)
+    module = BoundedModule("memory: 256\n", params)
+    waits = []
+    monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: waits.append(timeout) or pred())
+    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: [])
+    worker = dict(P(5301, 5301, holds=True), gpu_fds=[0], cgroup={"": "/lxc/129"})
+    monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: {
+        "container": [worker], "nvidia_holders": [PERSISTENCED] if not getattr(module, "daemon_stopped", False)
+        else [], "all": [worker, dict(PERSISTENCED, pgid=4321)]})
+    monkeypatch.setattr(action, "alive", lambda refs: [{"pid": 5301}])   # it outlives every wait
+    monkeypatch.setattr(procs, "read_process", lambda pid, root, majors, deep=True: {"gpu_fds": list(range(8))})
+    result = {"changed": False, "planned": {}, "signalled": [], "aborted": [], "refused": [], "remaining": [],
+              "reset": [], "commands": []}
+    action.rung_reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
+    assert [r["gpus"] for r in result["reset"]] == [[0], [1]] and result["daemons"][0]["restarted"] is True
+    assert [w for w in waits] == [params["term_grace"], params["wait"], rd.STOP_WAIT_S, rd.START_WAIT_S]
+    steps = sum(b for _, b in module.bounds) + sum(waits)
+    assert steps <= budget, "rung 5 may take %d s, its task timeout is %d s: %s" % (steps, budget, module.bounds)
+    # The same sum, step by step, is what the budget is made of; the budget grows with the GPUs.
+    assert sum(gate.reset_step_bounds_s(state["settings"], len(gpus)).values()) >= steps
+    assert gate.action_budget_s(gate.RUNG_RESET_GPUS, state["settings"], 8) > budget > 965
