@@ -564,8 +564,11 @@ def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, ro
     module = BoundedModule("memory: 256\n", params)
     waits = []
     monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: waits.append(timeout) or pred())
-    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: [])
-    worker = dict(P(5301, 5301, holds=True), gpu_fds=[0], cgroup={"": "/lxc/129"})
+    # The budget is judged here, not the kill (the kill tests above send real signals): nothing is signalled.
+    monkeypatch.setattr(rsig, "send_signal", lambda plan, sig: {"groups": plan["groups"], "pids": plan["pids"],
+                                                                "refused": [], "errors": []})
+    worker = {"pid": 5301, "pgid": 5301, "vmid": VMID, "nspid": [5301, 301], "starttime": 1, "holds_nvidia": True,
+              "comm": "python3", "class": "running", "gpu_fds": [0], "cgroup": {"": "/lxc/129"}}
     monkeypatch.setattr(procs, "scan_processes", lambda vmid, root, majors: {
         "container": [worker], "nvidia_holders": [PERSISTENCED] if not getattr(module, "daemon_stopped", False)
         else [], "all": [worker, dict(PERSISTENCED, pgid=4321)]})
