@@ -107,12 +107,18 @@ def wait_running_systemd(vmid: int, timeout: float = 60) -> None:
     raise AssertionError(f"CT {vmid}: systemd did not finish booting in {timeout}s")
 
 
+def running_ct(api_root, vmid: int):
+    """A running unprivileged test CT (512 MiB, no swap) for a module fixture: ``yield from running_ct(api, vmid)``;
+    destroyed afterwards."""
+    create_ct(api_root, vmid)
+    st = wait_task(api_root, api_root.nodes(NODE).lxc(vmid).status.start.post())
+    assert st["exitstatus"] == "OK", st
+    wait_running_systemd(vmid)
+    yield vmid
+    destroy(vmid)
+
+
 @pytest.fixture(scope="module")
 def ct(lab, api_root):
-    """A running unprivileged test CT (VMID 199, 512 MiB, no swap), destroyed afterwards."""
-    create_ct(api_root, TEST_VMID)
-    st = wait_task(api_root, api_root.nodes(NODE).lxc(TEST_VMID).status.start.post())
-    assert st["exitstatus"] == "OK", st
-    wait_running_systemd(TEST_VMID)
-    yield TEST_VMID
-    destroy(TEST_VMID)
+    """A running unprivileged test CT (VMID 199), destroyed afterwards."""
+    yield from running_ct(api_root, TEST_VMID)

@@ -31,7 +31,7 @@ import json
 import pytest
 import yaml
 
-from conftest import LAB, NODE, REPO, create_ct, destroy, pct, wait_running_systemd, wait_task
+from conftest import LAB, NODE, REPO, pct, running_ct
 
 sys.path.insert(0, os.path.join(REPO, "tests", "awx", "runner"))
 import awx_job  # noqa: E402
@@ -66,12 +66,7 @@ def _wait_port(port: int) -> None:
 
 @pytest.fixture(scope="module")
 def ct184(lab, api_root):
-    create_ct(api_root, VMID)
-    st = wait_task(api_root, api_root.nodes(NODE).lxc(VMID).status.start.post())
-    assert st["exitstatus"] == "OK", st
-    wait_running_systemd(VMID)
-    yield VMID
-    destroy(VMID)
+    yield from running_ct(api_root, VMID)
 
 
 @pytest.fixture(scope="module")

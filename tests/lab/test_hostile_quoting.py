@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from conftest import LAB, REPO, NODE, create_ct, destroy, node_ssh, pct, wait_running_systemd, wait_task
+from conftest import LAB, REPO, NODE, node_ssh, running_ct
 
 VMID = 182
 MARK = "pwned-quoting"
@@ -39,12 +39,7 @@ HOSTILE_NAMES = [
 
 @pytest.fixture(scope="module")
 def ct(lab, api_root):
-    create_ct(api_root, VMID)
-    st = wait_task(api_root, api_root.nodes(NODE).lxc(VMID).status.start.post())
-    assert st["exitstatus"] == "OK", st
-    wait_running_systemd(VMID)
-    yield VMID
-    destroy(VMID)
+    yield from running_ct(api_root, VMID)
 
 
 @pytest.fixture
