@@ -310,8 +310,19 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
         argv += ["--api-key-file", paths["api_key_file"]]
     argv += ["--"] + args
 
+    # The launch contract (the memory tool's `contract`): every file the start reads, the virtualenv's distributions
+    # and the model when the deploy copies it. The unit's ExecStartPre records it at each start (--record); configure
+    # compares it with what is installed (--compare) and restarts the server when they differ. So the restart is
+    # decided from the files and the running unit, not from a handler that a failed or interrupted run loses.
+    contract_args = ["contract", "--unit", paths["unit"], "--state", paths["contract_state"], "--venv", paths["venv"]]
+    for path in (paths["unit_path"], paths["launch_json"], paths["env_file"], paths["api_key_file"], paths["launcher"]):
+        contract_args += ["--file", path]
+    if ct.get("model_src"):
+        contract_args += ["--tree", service["model_path"]]
+
     health_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return {
+        "contract_args": contract_args,
         "hicache_size_gb": size,
         "ranks": ranks,
         "argv": argv,

@@ -88,7 +88,9 @@ options:
     description: (launch) What the node play found (driver version, GPUs, declared memory limit).
     type: dict
   paths:
-    description: (launch) Paths in the container (python, launcher, launch.json, API key file, nvidia-smi).
+    description: >-
+      (launch) Paths in the container (python, launcher, launch.json, API key file, nvidia-smi; for the launch
+      contract: the unit's name and file, the environment file, the virtualenv and the contract's state file).
     type: dict
   installed:
     description: >-
@@ -156,7 +158,9 @@ node_plan:
   type: dict
   returned: stage is node
 launch:
-  description: (launch) hicache_size_gb, ranks, argv, guard, expected_running, bounds, plan, health_url.
+  description: >-
+    (launch) hicache_size_gb, ranks, argv, guard, expected_running, bounds, plan, health_url, contract_args (the
+    memory tool's C(contract) arguments: the unit's ExecStartPre records them, configure compares them).
   type: dict
   returned: stage is launch
 launch_record:

@@ -23,11 +23,21 @@
       saying what it saw last), plus the server's own arguments (GET URL/<info-path> with the key of
       --api-key-file as a Bearer token) as server_info, without the keys that hold the API key (issue 27: one
       call where the deploy's verify made three).
+  sglang_memory.py contract --unit sglang.service --state FILE --venv DIR --file F [--file F ...] [--tree DIR]
+                            (--record | --compare)
+      The launch contract: a digest of every file the server's start reads (the unit, the launch record, the
+      environment and API key files, the launcher), of the virtualenv's installed distributions (*.dist-info names)
+      and, with --tree, of a directory's files (path, size, mtime). --record (the unit's ExecStartPre, as root) writes
+      it to FILE (0600 root) with systemd's $INVOCATION_ID of this start. --compare prints JSON: which parts differ
+      from the record, systemd's ActiveState, InvocationID and NeedDaemonReload of the unit, and restart_reasons
+      (empty: what runs was started from what is installed; the deploy restarts the server otherwise). No digest is
+      printed (the API key file is one of the parts).
 (The start guard is the unit's launcher, sglang_launch.py.)
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pwd
@@ -232,6 +242,138 @@ def server_info(url: str, path: str, key_file) -> dict:
     return {k: v for k, v in info.items() if "api_key" not in k}
 
 
+def file_digest(path: str) -> str:
+    """sha256 of a file's bytes, "absent" when there is no such file."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        return "absent"
+    return digest.hexdigest()
+
+
+def venv_distributions(venv: str) -> list:
+    """The *.dist-info directory names (name-version) in the virtualenv's site-packages, sorted."""
+    lib = os.path.join(venv, "lib")
+    names = []
+    for pyver in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        site = os.path.join(lib, pyver, "site-packages")
+        names += [e for e in (os.listdir(site) if os.path.isdir(site) else []) if e.endswith(".dist-info")]
+    return sorted(names)
+
+
+def tree_fingerprint(root: str) -> str:
+    """sha256 over every file under root (relative path, size, mtime in ns; links not followed), "absent" when root
+    is not a directory. The model's bytes are not read: a copy that replaces a file gives it a new mtime."""
+    if not os.path.isdir(root):
+        return "absent"
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            digest.update(("%s\0%d\0%d\n" % (os.path.relpath(path, root), st.st_size, st.st_mtime_ns)).encode(
+                "utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def contract_parts(files: list, venv: str, trees: list) -> dict:
+    """Each part of the launch contract by name (file:PATH, venv:DIR, tree:DIR) and its digest."""
+    parts = {"file:" + path: file_digest(path) for path in files}
+    parts["venv:" + venv] = hashlib.sha256("\n".join(venv_distributions(venv)).encode()).hexdigest()
+    for root in trees:
+        parts["tree:" + root] = tree_fingerprint(root)
+    return parts
+
+
+def contract_digest(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def unit_show(unit: str) -> dict:
+    """systemd's ActiveState, InvocationID, NeedDaemonReload and MainPID of the unit (None each when unreadable)."""
+    keys = ("ActiveState", "InvocationID", "NeedDaemonReload", "MainPID")
+    out = dict.fromkeys(keys)
+    try:
+        done = subprocess.run(["/usr/bin/systemctl", "show", unit] + ["--property=" + k for k in keys],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False,
+                              env=dict(os.environ, LC_ALL="C"), timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in out:
+            out[key] = value.strip()
+    return out
+
+
+def restart_reasons(parts: dict, record, unit: dict) -> list:
+    """Why the running server is not the one the installed files describe (empty: it is; no restart).
+
+    parts: the contract as installed now (contract_parts); record: what the unit's ExecStartPre recorded at the last
+    start ({"parts", "invocation_id"}) or None; unit: unit_show's read. Unknown is never taken as equal."""
+    state = unit.get("ActiveState")
+    if state not in ("active", "reloading"):
+        return ["the unit is %s, not active" % (state or "unreadable")]
+    reasons = []
+    if unit.get("NeedDaemonReload") != "no":
+        reasons.append("systemd runs another version of the unit file than the one installed (NeedDaemonReload=%s)"
+                       % (unit.get("NeedDaemonReload") or "unreadable"))
+    if not isinstance(record, dict) or not isinstance(record.get("parts"), dict):
+        reasons.append("no record of what the running server was started with (started before the unit recorded it, "
+                       "or the record is unreadable)")
+        return reasons
+    if not record.get("invocation_id") or record.get("invocation_id") != unit.get("InvocationID"):
+        reasons.append("the record is of another start of the unit than the one running")
+    changed = sorted(k for k in set(parts) | set(record["parts"]) if parts.get(k) != record["parts"].get(k))
+    if changed:
+        reasons.append("installed since the running server started: %s" % ", ".join(changed))
+    return reasons
+
+
+def write_record(path: str, parts: dict, invocation_id: str) -> None:
+    """The record of this start, root's only (0600 in a 0700 directory: a digest of the API key file is in it),
+    written whole (a temporary file renamed into place)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"parts": parts, "digest": contract_digest(parts), "invocation_id": invocation_id,
+                   "recorded_at": time.time()}, f)
+    os.replace(tmp, path)
+
+
+def read_record(path: str):
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def contract(args) -> dict:
+    parts = contract_parts(args.file, args.venv, args.tree)
+    if args.record:
+        invocation = os.environ.get("INVOCATION_ID", "")
+        write_record(args.state, parts, invocation)
+        return {"recorded": args.state, "invocation_id": invocation}
+    record = read_record(args.state)
+    unit = unit_show(args.unit)
+    reasons = restart_reasons(parts, record, unit)
+    changed = (sorted(k for k in set(parts) | set(record["parts"]) if parts.get(k) != record["parts"].get(k))
+               if record and isinstance(record.get("parts"), dict) else None)
+    return {"unit": unit, "record_present": record is not None, "changed_parts": changed,
+            "restart_reasons": reasons, "restart": bool(reasons)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -250,7 +392,19 @@ def main() -> int:
     ver.add_argument("--info-path")
     ver.add_argument("--api-key-file")
     ver.add_argument("--timeout", type=float, default=600)
+    con = sub.add_parser("contract")
+    con.add_argument("--unit", default="sglang.service")
+    con.add_argument("--state", required=True)
+    con.add_argument("--venv", required=True)
+    con.add_argument("--file", action="append", default=[])
+    con.add_argument("--tree", action="append", default=[])
+    mode = con.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--record", action="store_true")
+    mode.add_argument("--compare", action="store_true")
     args = parser.parse_args()
+    if args.cmd == "contract":
+        print(json.dumps(contract(args)))
+        return 0
     extra = {}
     if args.cmd == "verify":
         extra["health_waited_s"] = wait_health(args.health_url, args.timeout)

@@ -26,7 +26,9 @@ NODE = {
 }
 CONTAINER = {"vmid": 129, "memory_mib": 420 * 1024, "gpus": list(range(8)), "existing_mem_bytes": 0}
 PATHS = {"python": "/opt/sglang/venv/bin/python3", "launcher": "/usr/local/libexec/inferops/sglang-launch",
-         "launch_json": "/etc/sglang/launch.json", "api_key_file": "/etc/sglang/api-key"}
+         "launch_json": "/etc/sglang/launch.json", "api_key_file": "/etc/sglang/api-key",
+         "unit": "sglang.service", "unit_path": "/etc/systemd/system/sglang.service", "env_file": "/etc/sglang/sglang.env",
+         "venv": "/opt/sglang/venv", "contract_state": "/run/inferops/sglang-contract.json"}
 
 
 def req(**overrides):
