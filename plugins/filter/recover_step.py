@@ -12,7 +12,9 @@ author: inferops contributors
 description:
   - Used by the P(inferops.gpu_inference.gpu_recover#role) role. The role keeps one dict; this filter makes it
     (O(event=start)) and steps it with the first diagnosis, each rung's action, each verification, the record of the
-    baseline and the container's start. The new state says what the role does next (C(climb) with C(next) and
+    baseline and the container's start; C(acting) marks a rung or step about to act (the report written next says so,
+    in case the run stops there), C(interrupted) a ladder that failed (the failed task and message), C(left) the end's
+    read of the container and its service. The new state says what the role does next (C(climb) with C(next) and
     C(rung_name), C(record_baseline_now), C(restore_container), C(reboot_now)), the budgets of each rung
     (C(budgets)), the next action's task timeout (C(action_timeout_s)) and the record of every rung (C(rungs)), which P(inferops.gpu_inference.recover_report#filter)
     turns into the report.
@@ -26,7 +28,7 @@ options:
   event:
     description: What happened.
     type: str
-    choices: [start, diagnosed, acted, step, reboot, verified]
+    choices: [start, diagnosed, acting, acted, step, reboot, verified, interrupted, left]
     required: true
   result:
     description: The module result of that event (gpu_diagnose, gpu_recover_action, gpu_baseline, or a dict).
@@ -38,7 +40,9 @@ options:
     description: When it ended (for O(event=verified), when the verification ended).
     type: float
   name:
-    description: The step's name for O(event=step) (C(record_baseline), C(start_container)).
+    description: >-
+      The step's name for O(event=step) (C(record_baseline), C(start_container)) and O(event=acting) (also
+      C(reboot); none: the rung the state names).
     type: str
 """
 
@@ -51,8 +55,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The new state (vmid, node, clean, next, rung_name, climb, record_baseline_now, restore_container,
-    reboot_now, ignore_baseline, budgets, action_timeout_s, pending, rungs, before, after, ct_was_running, ct_stopped_by_us,
-    reboot_needed, baseline_recorded, daemons_down, settings).
+    reboot_now, ignore_baseline, budgets, action_timeout_s, pending, rungs, before, after, ct_was_running,
+    ct_stopped_by_us, reboot_needed, baseline_recorded, daemons_down, settings, in_progress, interrupted, left_read).
   type: dict
 """
 

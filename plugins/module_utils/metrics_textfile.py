@@ -33,6 +33,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "inferops_recover_reboot_needed": ("gauge", "1 when the last recover run found that the node needs a reboot."),
     "inferops_recover_duration_seconds": ("gauge", "Seconds the last recover run took (its time to Clean when clean)."),
     "inferops_recover_last_run_timestamp_seconds": ("gauge", "When the last recover run ended (Unix time)."),
+    "inferops_recover_in_progress": ("gauge", "1 while a recover run climbs its ladder (written before and after each "
+                                     "rung's action); a 1 that stays: the run stopped without its verdict."),
+    "inferops_recover_interrupted": ("gauge", "1 when the last recover run's ladder failed before its end (its report "
+                                     "says where and the state it left)."),
     "inferops_watch_last_poll_timestamp_seconds": ("gauge", "When the event source gpu_watch last ended a poll (Unix time)."),
     "inferops_watch_node_up": ("gauge", "0 once gpu_watch could not read the node for its unreachable_polls polls in a row, else 1."),
     "inferops_watch_node_failed_polls": ("gauge", "Polls in a row in which gpu_watch read no container of the node."),
@@ -93,6 +97,10 @@ def recover_metrics(report: Mapping[str, Any], ended_at: float) -> str:
     if not isinstance(report, Mapping) or "vmid" not in report:
         raise MetricsError("recover_metrics needs the recover report (with vmid), got %r" % type(report).__name__)
     labels = {"vmid": str(int(report["vmid"])), "node": str(report.get("node") or "")}
+    if report.get("finished") is False:
+        # Written during the run: only that it runs. The last run's figures are not known here, and a run's end
+        # (last_run_timestamp, which counts recoveries) is not reached yet.
+        return render([("inferops_recover_in_progress", labels, True)])
     clean = report.get("verdict") == "Clean"
     cleared = report.get("cleared_by_rung")
     return render([
@@ -101,6 +109,8 @@ def recover_metrics(report: Mapping[str, Any], ended_at: float) -> str:
         ("inferops_recover_reboot_needed", labels, bool(report.get("reboot_needed"))),
         ("inferops_recover_duration_seconds", labels, float(report["seconds"]) if report.get("seconds") is not None else None),
         ("inferops_recover_last_run_timestamp_seconds", labels, float(ended_at)),
+        ("inferops_recover_in_progress", labels, False),
+        ("inferops_recover_interrupted", labels, bool(report.get("interrupted"))),
     ])
 
 

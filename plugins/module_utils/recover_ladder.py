@@ -66,6 +66,110 @@ def rung_row(raw: Mapping[str, Any]) -> dict[str, Any]:
             "reasons_after": reasons, "next_rung": next_rung, "next_reason": next_reason}
 
 
+# What each acting rung does to the container's service and to the container (gpu_recover_action): the report says it
+# when the run could not read the state it left (it stopped before its end).
+_DISABLES = {gate.RUNG_STOP_SERVICE: "disables and stops", gate.RUNG_KILL_HOLDERS: "disables (when enabled)",
+             gate.RUNG_STOP_CONTAINER: "disables (when the container runs)",
+             gate.RUNG_RESET_GPUS: "disables and stops (when the container runs)"}
+_PHASES = ("action", "verification")
+
+
+def stopped_at(raw: Mapping[str, Any], finished: bool) -> Optional[dict[str, Any]]:
+    """Where the run stopped before its end, None when it ended. Two cases: a report written before the end (
+    ``finished`` false: written before and after each rung's action, so a run that is killed or loses its connection
+    leaves one), and a ladder that failed (``interrupted``: the failed task and its message, from the role's rescue)."""
+    failure = raw.get("interrupted")
+    progress = raw.get("in_progress")
+    if finished and not failure:
+        return None
+    rung = name = phase = None
+    if progress:
+        rung, name = int(progress["rung"]), progress.get("name") or gate.RUNG_NAMES.get(int(progress["rung"]), "")
+        phase = progress.get("phase") if progress.get("phase") in _PHASES else "action"
+    where = ("during %s %s's %s" % ("step" if progress.get("name") else "rung %d" % rung, name, phase)
+             if progress else "between rungs")
+    if failure:
+        msg = "%s: %s" % (failure.get("task") or "a task", failure.get("msg") or "failed")
+        summary = "Interrupted %s: %s" % (where, msg)
+    else:
+        msg = None
+        summary = ("Not finished: this report was written %s; if no later report replaced it, the run stopped "
+                   "there (killed, its connection lost)" % where)
+    return {"rung": rung, "name": name, "phase": phase, "msg": msg, "summary": summary}
+
+
+def _left_read(read: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
+    """The container and its service as the run's last read saw them (``pct status``; ``systemctl show`` of the
+    service through ``pct exec``), None when not read."""
+    if not read:
+        return None
+    status = read.get("pct_status") or {}
+    text = str(status.get("stdout") or "")
+    container = ("running" if "status: running" in text else "stopped" if "status: stopped" in text else "unknown")
+    props: dict[str, str] = {}
+    show = read.get("service_show") or {}
+    if container == "running" and show.get("rc") == 0:
+        for line in str(show.get("stdout") or "").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key.strip()] = value.strip()
+    return {"container": container, "enabled": props.get("UnitFileState") or None,
+            "active": props.get("ActiveState") or None}
+
+
+def left_state(raw: Mapping[str, Any], finished: bool, stopped: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """The state the run leaves the container and its service in, and how to restore it.
+
+    What the run read at its end (``left_read``) when it has it; else (a report written before the end) what the rungs
+    that ran, and the one running, do to them. ``restore`` lists the steps, in order."""
+    vmid = int(raw["vmid"])
+    service = str(raw.get("service") or "sglang.service")
+    rungs = [r for r in raw.get("rungs") or [] if not r.get("name") and int(r["rung"]) in _DISABLES]
+    progress = raw.get("in_progress") or {}
+    running_rung = int(progress["rung"]) if progress and not progress.get("name") else None
+    started_again = any(r.get("name") == "start_container" for r in raw.get("rungs") or [])
+    ct_stopped_by_us = bool(raw.get("ct_stopped_by_us")) and not started_again
+    read = _left_read(raw.get("left_read"))
+    changed_by = sorted({int(r["rung"]) for r in rungs} | ({running_rung} if running_rung in _DISABLES else set()))
+    out: dict[str, Any] = {"service": service, "container": None, "enabled": None, "active": None,
+                           "read": read is not None, "changed_by_rungs": changed_by, "summary": "", "restore": []}
+    if read:
+        out.update(read)
+        out["summary"] = "CT %d is %s%s." % (vmid, read["container"], (
+            "; %s is %s and %s" % (service, read["enabled"] or "unreadable", read["active"] or "unreadable"))
+            if read["container"] == "running" else "")
+        ct_down = read["container"] != "running"
+        service_down = ct_down or read["enabled"] != "enabled" or read["active"] != "active"
+    else:
+        parts = ["rung %d (%s) %s %s" % (r, gate.RUNG_NAMES[r], _DISABLES[r], service)
+                 for r in changed_by if r != running_rung]
+        if running_rung in _DISABLES:
+            parts.append("rung %d (%s), running when this was written, %s %s"
+                         % (running_rung, gate.RUNG_NAMES[running_rung], _DISABLES[running_rung], service))
+        if ct_stopped_by_us or running_rung == gate.RUNG_STOP_CONTAINER:
+            parts.append("CT %d was stopped by rung %d (stop_container) and not started again"
+                         % (vmid, gate.RUNG_STOP_CONTAINER) if ct_stopped_by_us
+                         else "rung %d (stop_container) stops CT %d" % (gate.RUNG_STOP_CONTAINER, vmid))
+        why = "Not read" if finished else "Not read (the run did not reach its end)"
+        out["summary"] = ("%s: %s." % (why, "; ".join(parts))) if parts else (
+            "" if finished else "%s: no rung had acted on CT %d yet." % (why, vmid))
+        ct_down = ct_stopped_by_us or running_rung == gate.RUNG_STOP_CONTAINER
+        service_down = bool(changed_by)
+    restore: list[str] = []
+    if stopped is not None:
+        restore.append("run recover.yml again for CT %d (ansible-playbook playbooks/recover.yml -e recover_vmid=%d): it "
+                       "diagnoses from the start and climbs only the rungs still needed" % (vmid, vmid))
+    if ct_down and (read is None or read["container"] == "stopped"):
+        restore.append("once the verdict is Clean, start the container: pct start %d (recover does it itself when the "
+                       "container ran before, gpu_recover_start_container)" % vmid)
+    if service_down:
+        restore.append("once the verdict is Clean, bring the server back with playbooks/deploy.yml (or recover.yml -e "
+                       "recover_relaunch=true), which enables and starts %s with the planned arguments; by hand: "
+                       "pct exec %d -- systemctl enable --now %s" % (service, vmid, service))
+    out["restore"] = restore
+    return out
+
+
 def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The report, the workflow artifact and the summary lines of one run.
 
@@ -80,11 +184,18 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     before = raw.get("before") or {}
     after = raw.get("after") or {}
     seconds = round(_num(raw.get("t_end"), "t_end") - _num(raw.get("t_start"), "t_start"), 1)
+    finished = _bool(raw.get("finished", True), "finished")
+    stopped = stopped_at(raw, finished)
+    if stopped is not None:
+        # A run that did not reach its verdict is not Clean, whatever its last verification said.
+        clean, cleared = False, None
     verdict = "Clean" if clean else "Not clean"
+    left = left_state(raw, finished, stopped)
     report = {
         "vmid": int(raw["vmid"]), "node": raw.get("node"), "started_at": raw.get("started_at"), "seconds": seconds,
         "check_mode": bool(raw.get("check_mode")), "verdict": verdict, "cleared_by_rung": cleared,
-        "reboot_needed": bool(raw.get("reboot_needed")), "rungs": rows,
+        "reboot_needed": bool(raw.get("reboot_needed")), "finished": finished, "interrupted": stopped, "left": left,
+        "rungs": rows,
         "before": {k: before.get(k) for k in ("verdict", "reasons", "recommended_rung", "rung_reason", "notes",
                                               "evidence")},
         "after": {"verdict": after.get("verdict") or "Not clean", "reasons": list(after.get("reasons") or []),
@@ -97,6 +208,11 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     artifact.update(report_artifact.bounded(report))
     lines = [verdict, after.get("summary") or "",
              "Rungs: %s" % (", ".join("%d %s: %s s" % (r["rung"], r["name"], r["seconds"]) for r in rows) or "none")]
+    if stopped is not None:
+        lines.append(stopped["summary"])
+    if left["summary"]:
+        lines.append("Left: " + left["summary"])
+    lines += ["Restore: " + step_text for step_text in left["restore"]]
     if report["check_mode"]:
         lines.append("Check mode: nothing changed.")
     if raw.get("report_path"):
@@ -186,7 +302,8 @@ def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
              "ct_was_running": "status: running" in (pct_status or ""), "settings": clean_settings,
              "budgets": budgets(clean_settings), "rungs": [], "pending": None, "clean": False,
              "next": gate.RUNG_CLEAN, "last_rung": gate.RUNG_CLEAN, "ct_stopped_by_us": False,
-             "reboot_needed": False, "baseline_recorded": False, "daemons_down": [], "before": None, "after": None}
+             "reboot_needed": False, "baseline_recorded": False, "daemons_down": [], "before": None, "after": None,
+             "in_progress": None, "interrupted": None, "left_read": None}
     return _derive(state)
 
 
@@ -234,10 +351,38 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
       after the last rung, ``result`` its outcome (a dict);
     - ``reboot``: rung 6 is reached at ``t0``; without gpu_recover_allow_reboot it is recorded as reported only;
       with it, the reboot (``t1``: when the node was back) is verified next;
-    - ``verified``: ``result`` is the verification's gpu_diagnose result, ``t1`` when it ended.
+    - ``verified``: ``result`` is the verification's gpu_diagnose result, ``t1`` when it ended;
+    - ``acting``: the action of the rung the state names (``next``), or the step ``name`` (start_container, reboot),
+      begins at ``t0`` (the report written next says so, in case the run stops there);
+    - ``interrupted``: the ladder failed; ``result`` is {"task", "msg"} of the failed task (the role's rescue);
+    - ``left``: ``result`` is the end's read of the container and its service ({"pct_status", "service_show"}: each
+      a command's {"rc", "stdout"}).
     """
     new = dict(state)
     new["rungs"] = list(state.get("rungs") or [])
+    progress = state.get("in_progress")
+    if event == "acting":
+        if name not in (None, "record_baseline", "start_container", "reboot"):
+            raise LadderError("unknown step %r (record_baseline, start_container, reboot)" % (name,))
+        rung = (gate.RUNG_REBOOT if name == "reboot" else int(state["last_rung"]) if name else int(state["next"]))
+        if not name and rung not in gate.ACTING_RUNGS:
+            raise LadderError("no rung to act on (next is %r)" % (rung,))
+        new["in_progress"] = {"rung": rung, "name": name if name != "reboot" else None, "t0": _num(t0, "t0"),
+                              "phase": "action"}
+        return _derive(new)
+    if event == "interrupted":
+        failure = dict(result or {})
+        new["interrupted"] = {"task": str(failure.get("task") or ""), "msg": str(failure.get("msg") or "")[-1000:]}
+        return _derive(new)
+    if event == "left":
+        read = dict(result or {})
+        new["left_read"] = {k: {"rc": (read.get(k) or {}).get("rc"), "stdout": str((read.get(k) or {}).get("stdout") or "")[-2000:]}
+                            for k in ("pct_status", "service_show")}
+        return _derive(new)
+    if event in ("acted", "step") or (event == "reboot" and state["settings"]["allow_reboot"]):
+        new["in_progress"] = dict(progress, phase="verification") if progress else None
+    elif event in ("verified", "reboot"):
+        new["in_progress"] = None
     if event == "diagnosed":
         diag = _strip(result)
         new.update(before=diag, after=diag, clean=bool(diag.get("clean")),
@@ -294,5 +439,6 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
             "" if new["clean"] else "Next: rung %d (%s): %s" % (
                 new["next"], gate.RUNG_NAMES.get(new["next"], "?"), poll.get("rung_reason") or "")]
     else:
-        raise LadderError("unknown event %r (diagnosed, acted, step, reboot, verified)" % (event,))
+        raise LadderError("unknown event %r (diagnosed, acting, acted, step, reboot, verified, interrupted, left)"
+                          % (event,))
     return _derive(new)

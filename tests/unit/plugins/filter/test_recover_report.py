@@ -42,8 +42,15 @@ def test_a_climb_that_clears_at_rung_2():
                                "reboot_needed": False, "rungs": [1, 2], "seconds": 60.2, "check_mode": False,
                                "reasons": [], "report": rep, "report_bytes": len(json.dumps(rep, sort_keys=True)),
                                "report_complete": True, "report_dropped": []}
-    assert res["summary_lines"] == ["Clean", "summary True", "Rungs: 1 stop_service: 39.0 s, 2 kill_holders: 18.0 s",
-                                    "Report: /r/x.json"]
+    assert res["summary_lines"] == [
+        "Clean", "summary True", "Rungs: 1 stop_service: 39.0 s, 2 kill_holders: 18.0 s",
+        "Left: Not read: rung 1 (stop_service) disables and stops sglang.service; rung 2 (kill_holders) disables (when "
+        "enabled) sglang.service.",
+        "Restore: once the verdict is Clean, bring the server back with playbooks/deploy.yml (or recover.yml -e "
+        "recover_relaunch=true), which enables and starts sglang.service with the planned arguments; by hand: pct exec "
+        "129 -- systemctl enable --now sglang.service",
+        "Report: /r/x.json"]
+    assert rep["finished"] is True and rep["interrupted"] is None and rep["left"]["changed_by_rungs"] == [1, 2]
 
 
 def test_already_clean_is_rung_0_and_not_clean_has_no_clearing_rung():

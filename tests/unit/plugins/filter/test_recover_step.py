@@ -139,3 +139,80 @@ def test_bad_settings_are_named(bad, match):
 def test_an_unknown_event_is_refused():
     with pytest.raises(AnsibleFilterError, match="unknown event"):
         recover_step(begin(), "jump")
+
+
+# --- A ladder that stops before its end (killed, connection lost, a failed task) --------------------------------
+
+
+def report_of(s, **extra):
+    return recover_report(dict(s, t_end=200.0, check_mode=False, report_path="/r/x.json", service="sglang.service",
+                               **extra))
+
+
+def test_a_report_written_before_a_rung_acts_says_what_runs_and_what_it_leaves():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 1))
+    s = recover_step(s, "acting", t0=110.0)
+    assert s["in_progress"] == {"rung": 1, "name": None, "t0": 110.0, "phase": "action"}
+    rep = report_of(s, finished=False)["report"]
+    assert rep["finished"] is False and rep["verdict"] == "Not clean" and rep["cleared_by_rung"] is None
+    assert rep["interrupted"]["rung"] == 1 and rep["interrupted"]["phase"] == "action" and rep["interrupted"]["msg"] is None
+    assert rep["left"]["read"] is False and rep["left"]["changed_by_rungs"] == [1]
+    assert "rung 1 (stop_service), running when this was written, disables and stops sglang.service" in rep["left"]["summary"]
+    assert rep["left"]["restore"][0].startswith("run recover.yml again for CT 129")
+    assert "pct exec 129 -- systemctl enable --now sglang.service" in rep["left"]["restore"][-1]
+
+
+def test_after_the_action_and_across_rungs_the_report_follows_the_ladder():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 1))
+    s = recover_step(s, "acting", t0=110.0)
+    s = recover_step(s, "acted", result={"commands": []}, t0=110.0, t1=120.0)
+    assert s["in_progress"]["phase"] == "verification"
+    s = recover_step(s, "verified", result=diag(False, 4), t1=130.0)
+    assert s["in_progress"] is None
+    s = recover_step(s, "acting", t0=131.0)
+    s = recover_step(s, "acted", result={"container_was_running": True, "commands": []}, t0=131.0, t1=150.0)
+    rep = report_of(s, finished=False)["report"]
+    assert [r["rung"] for r in rep["rungs"]] == [1]
+    assert rep["interrupted"]["rung"] == 4 and rep["interrupted"]["phase"] == "verification"
+    assert rep["left"]["changed_by_rungs"] == [1, 4]
+    assert "stop_container" in rep["left"]["summary"] and any("pct start 129" in r for r in rep["left"]["restore"])
+
+
+def test_a_failed_ladder_reports_the_task_and_the_state_read_at_the_end():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 2))
+    s = recover_step(s, "acting", t0=110.0)
+    s = recover_step(s, "interrupted", result={"task": "Rung action | kill_holders", "msg": "timed out"})
+    s = recover_step(s, "left", result={"pct_status": {"rc": 0, "stdout": "status: running\n"},
+                                        "service_show": {"rc": 0, "stdout": "UnitFileState=disabled\nActiveState=inactive\n"}})
+    res = report_of(s)
+    rep = res["report"]
+    assert rep["finished"] is True and rep["verdict"] == "Not clean"
+    assert rep["interrupted"]["msg"] == "Rung action | kill_holders: timed out" and rep["interrupted"]["rung"] == 2
+    assert rep["left"] == dict(rep["left"], read=True, container="running", enabled="disabled", active="inactive")
+    assert rep["left"]["summary"] == "CT 129 is running; sglang.service is disabled and inactive."
+    assert any(line.startswith("Interrupted during rung 2 kill_holders's action: Rung action") for line in res["summary_lines"])
+    assert len(rep["left"]["restore"]) == 2  # recover again, then deploy (the container runs)
+
+
+def test_a_clean_end_with_the_service_running_needs_no_restore():
+    s = recover_step(begin(), "diagnosed", result=diag(True, 0))
+    s = recover_step(s, "left", result={"pct_status": {"rc": 0, "stdout": "status: running\n"},
+                                        "service_show": {"rc": 0, "stdout": "UnitFileState=enabled\nActiveState=active\n"}})
+    rep = report_of(s)["report"]
+    assert rep["verdict"] == "Clean" and rep["interrupted"] is None and rep["left"]["restore"] == []
+    s = recover_step(s, "left", result={"pct_status": {"rc": 0, "stdout": "status: stopped\n"},
+                                        "service_show": {"rc": 255, "stdout": ""}})
+    rep = report_of(s)["report"]
+    assert rep["left"]["container"] == "stopped" and rep["left"]["enabled"] is None
+    assert [r.split(":")[0] for r in rep["left"]["restore"]] == [
+        "once the verdict is Clean, start the container", "once the verdict is Clean, bring the server back with "
+        "playbooks/deploy.yml (or recover.yml -e recover_relaunch=true), which enables and starts sglang.service "
+        "with the planned arguments; by hand"]
+
+
+def test_acting_needs_a_rung_to_act_on():
+    s = recover_step(begin(), "diagnosed", result=diag(True, 0))
+    with pytest.raises(AnsibleFilterError, match="no rung to act on"):
+        recover_step(s, "acting", t0=1.0)
+    with pytest.raises(AnsibleFilterError, match="unknown step"):
+        recover_step(s, "acting", t0=1.0, name="rm -rf")

@@ -90,6 +90,19 @@ def test_bad_report_refused():
         mt.recover_metrics({"verdict": "Clean"}, 1.0)
 
 
+def test_recover_in_progress_and_interrupted():
+    lab = frozenset({("vmid", "129"), ("node", "pve1")})
+    # Written before and after each rung: only that a run is on the ladder (no end, so no recovery counted).
+    m = parse(mt.recover_metrics(dict(RECOVER, finished=False, verdict="Not clean", cleared_by_rung=None), 5.0))
+    assert m == {"inferops_recover_in_progress": {lab: 1}}
+    m = parse(mt.recover_metrics(dict(RECOVER, finished=True, verdict="Not clean", cleared_by_rung=None,
+                                      interrupted={"rung": 2, "msg": "x"}), 5.0))
+    assert m["inferops_recover_in_progress"][lab] == 0 and m["inferops_recover_interrupted"][lab] == 1
+    assert m["inferops_recover_last_clean"][lab] == 0 and m["inferops_recover_last_run_timestamp_seconds"][lab] == 5.0
+    m = parse(mt.recover_metrics(dict(RECOVER, finished=True, interrupted=None), 5.0))
+    assert m["inferops_recover_in_progress"][lab] == 0 and m["inferops_recover_interrupted"][lab] == 0
+
+
 def test_alert_rules_read_only_metrics_the_files_write():
     with open(os.path.join(ROOT, "extensions", "eda", "prometheus", "inferops-gpu-rules.yml")) as f:
         doc = yaml.safe_load(f)
