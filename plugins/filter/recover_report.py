@@ -19,7 +19,7 @@ options:
       - The run's raw record, with keys C(vmid), C(node), C(started_at), C(t_start), C(t_end), C(check_mode),
         C(clean), C(reboot_needed), C(rungs) (raw rung records with C(rung), C(name), C(t0), C(t1), C(t_end),
         C(action), C(poll)), C(before), C(after) and C(report_path); and, for what the run leaves, C(service),
-        C(finished) (false: a report written before the end, before and after each rung's action), C(in_progress),
+        C(finished) (false for a report written before the end, before and after each rung's action), C(in_progress),
         C(interrupted) (the failed task of a ladder that failed), C(left_read) and C(ct_stopped_by_us).
     type: dict
     required: true
