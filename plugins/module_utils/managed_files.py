@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Managed files compared in one round trip (issue 27): the controller's SHA-256 of every file a task manages,
+"""Managed files compared in one round trip: the controller's SHA-256 of every file a task manages,
 the target's state of all of them read by one command (``REMOTE_SCRIPT``, op ``read``), and what must change
 (``plan``): a copy where the content differs or the file is missing, an attribute fix where only the mode or the
 owner does. The copies go one connection transfer each, then one command installs them all (op ``install``:

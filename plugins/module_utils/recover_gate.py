@@ -410,7 +410,7 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
         # Rung 1's `systemctl stop` ran out of its whole stop timeout with the holders still there: systemd sent
         # them SIGTERM when the stop began (systemd.kill(5): KillMode=control-group, KillSignal=SIGTERM), so they
         # already had that long to end. Alive and holding the GPUs is no teardown in progress (a task in teardown
-        # is exiting, proc(5)); the release grace would only add the same wait again (issue 27, sigterm-ignored).
+        # is exiting, proc(5)); the release grace would only add the same wait again (the sigterm-ignored fault).
         return True, "the service's stop ran out of its timeout and %d holder(s) are still alive after SIGTERM: " \
                      "waiting longer does not end them" % int(findings.get("holders") or 0)
     if stuck and elapsed_s >= stuck_grace_s:

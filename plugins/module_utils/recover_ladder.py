@@ -328,7 +328,7 @@ def _derive(state: dict[str, Any]) -> dict[str, Any]:
     state["reboot_now"] = diagnosed and not clean and nxt == gate.RUNG_REBOOT and not state["reboot_needed"]
     state["ignore_baseline"] = flags["record_baseline"] and not state["baseline_recorded"]
     # Rung 1's `systemctl stop` ran out of its timeout just before: systemd sent SIGTERM to every process of the unit
-    # when that stop began (systemd.kill(5), KillMode=control-group), so rung 2 sends those only SIGKILL (issue 27).
+    # when that stop began (systemd.kill(5), KillMode=control-group), so rung 2 sends those only SIGKILL.
     last = (state.get("rungs") or [{}])[-1]
     state["unit_stop_timed_out"] = bool(state["climb"] and nxt == gate.RUNG_KILL_HOLDERS
                                         and last.get("rung") == gate.RUNG_STOP_SERVICE and last.get("stop_timed_out"))

@@ -17,7 +17,7 @@ description:
     and copies only the files whose content differs or is missing (one transfer each, to a temporary file beside
     the destination, then one command checks each copy's digest, sets owner and mode and renames it into place).
     A file whose content is the same but whose mode or owner differs is fixed in that command too.
-  - A run that changes nothing costs one command on the target, however many files it manages (issue 27).
+  - A run that changes nothing costs one command on the target, however many files it manages.
   - Missing parent directories of a copied file are made with O(directory_mode), O(owner) and O(group).
   - A destination that exists and is not a regular file (a directory, a symlink) is refused; nothing is changed.
   - A destination with a line break or another control character (tree files included) is refused before any

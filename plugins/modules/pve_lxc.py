@@ -504,7 +504,7 @@ class PveLxc:
         """state=query: read only. The node's status, the container's listing entry (status, mem) and config when it
         exists, and whether O(ostemplate) is in its storage."""
         self.pve.check_node()
-        # One listing and one config read serve the container and node_guests (issue 27: fewer API calls per run).
+        # One listing and one config read serve the container and node_guests (fewer API calls per run).
         listing = self.pve.lxc_listing()
         entry = self.pve.listing_entry(listing)
         config = self.pve.read_config() if entry is not None else {}

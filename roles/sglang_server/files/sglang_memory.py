@@ -9,7 +9,7 @@
       (name, RssAnon, RssShmem, RssFile in bytes), with totals for the unit and its scheduler ranks, and the unit's
       MainPID as systemd reports it (main_pid).
   sglang_memory.py preflight [--unit sglang.service] --model-config PATH
-      measure's JSON plus what the deploy's preflight reads in the same call (issue 27): the container's addresses
+      measure's JSON plus what the deploy's preflight reads in the same call: the container's addresses
       (`ip -4 -o addr show scope global`, lines), its listening TCP sockets (`ss -Hltnp`, lines) and whether
       PATH exists (model_config_present); with --venv, whether its pip is there (venv_pip_present: a run cut while
       making the virtualenv leaves none); the unit's `systemctl is-enabled` and `is-active` words (unit_enabled,
@@ -21,7 +21,7 @@
                           [--timeout 600]
       measure's JSON once URL/health answers 200 (polled every second, up to --timeout seconds; else it fails
       saying what it saw last), plus the server's own arguments (GET URL/<info-path> with the key of
-      --api-key-file as a Bearer token) as server_info, without the keys that hold the API key (issue 27: one
+      --api-key-file as a Bearer token) as server_info, without the keys that hold the API key (one
       call where the deploy's verify made three).
   sglang_memory.py contract --unit sglang.service --state FILE --venv DIR --file F [--file F ...] [--tree DIR]
                             (--record | --compare)
