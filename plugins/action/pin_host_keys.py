@@ -65,7 +65,7 @@ class ActionModule(ActionBase):
         where = str(task_vars.get("inventory_hostname") or "the node")
         try:
             if ssh_host_keys.node_connection(self._task.args.get("connection"), where) == "local":
-                result.update(ssh_args="", known_hosts="", keys=[], msg="the node is this controller (local): no host key")
+                result.update(ssh_args="", known_hosts="", fingerprints=[], msg="the node is this controller (local): no host key")
                 return result
             keys = ssh_host_keys.parse(self._task.args.get("host_keys"), where)
             base = _private_dir(os.path.expanduser(_STATE_DIR))
@@ -74,7 +74,7 @@ class ActionModule(ActionBase):
             args = self._task.args
             control = ssh_host_keys.control_path(base, keys, args.get("address"), args.get("port"), args.get("user"))
             result.update(known_hosts=path, ssh_args=ssh_host_keys.ssh_args(path, control),
-                          keys=ssh_host_keys.describe(keys))
+                          fingerprints=ssh_host_keys.describe(keys))
         except (ssh_host_keys.HostKeyError, OSError) as exc:
             result["failed"] = True
             result["msg"] = str(exc)

@@ -16,8 +16,8 @@ description:
     in case the run stops there), C(interrupted) a ladder that failed (the failed task and message), C(left) the end's
     read of the container and its service. The new state says what the role does next (C(climb) with C(next) and
     C(rung_name), C(record_baseline_now), C(restore_container), C(reboot_now)), the budgets of each rung
-    (C(budgets)), the next action's task timeout (C(action_timeout_s)) and the record of every rung (C(rungs)), which P(inferops.gpu_inference.recover_report#filter)
-    turns into the report.
+    (C(budgets)), the next action's task timeout (C(action_timeout_s)) and the record of every rung (C(rungs)),
+    which P(inferops.gpu_inference.recover_report#filter) turns into the report.
   - Raises an error that names the bad value (a setting that is not a number of seconds, an unknown event).
 options:
   _input:

@@ -26,7 +26,8 @@ options:
     type: int
     required: true
   gpus:
-    description: Its GPUs as nvidia-smi indexes (what C(pct config) passes as C(devN), through the driver's numbering; gpu_diagnose's C(evidence.container.gpus)).
+    description: Its GPUs as nvidia-smi indexes (what C(pct config) passes as C(devN), through the driver's numbering;
+      gpu_diagnose's C(evidence.container.gpus)).
     type: list
     elements: int
     required: true

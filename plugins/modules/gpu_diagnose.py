@@ -24,7 +24,7 @@ description:
   - Nothing it reads can make it wait on a filesystem a tenant serves. A holder's fd is stat'ed only when its mount
     (from C(/proc/self/fdinfo) of an C(O_PATH) copy, and the holder's C(/proc/PID/mountinfo)) is a devtmpfs or tmpfs;
     a C(/dev/nvidia*) path on any other filesystem (a FUSE mount at C(/dev/nvidia-x)) is an unverified holder, named
-    in RV(evidence.unverified_holders), a holder of its own container (never Clean), a note for any other. The
+    in C(evidence.unverified_holders), a holder of its own container (never Clean), a note for any other. The
     container's C(/dev/shm) is listed only through directories on local filesystems. Every command runs under a
     supervisor that kills it at O(command_timeout), whatever it starts.
   - Host memory (MemAvailable, Shmem, Mlocked) through the parser of M(inferops.gpu_inference.gpu_host_facts),

@@ -68,7 +68,7 @@ known_hosts:
   description: The controller's known_hosts file holding the pinned keys.
   returned: success
   type: str
-keys:
+fingerprints:
   description: Type and SHA256 fingerprint of each pinned key.
   returned: success
   type: list

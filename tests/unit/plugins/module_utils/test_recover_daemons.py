@@ -102,7 +102,8 @@ def test_a_process_that_only_calls_itself_persistenced_is_a_client():
 
 
 @pytest.mark.parametrize("change, uid, reason", [
-    (dict(owners={"/lib/systemd/system/nvidia-persistenced.service": 1000}), 0, "unit file: /lib/systemd/system/nvidia-persistenced.service is owned by uid 1000"),
+    (dict(owners={"/lib/systemd/system/nvidia-persistenced.service": 1000}), 0,
+     "unit file: /lib/systemd/system/nvidia-persistenced.service is owned by uid 1000"),
     (dict(modes={"/usr/bin/nvidia-persistenced": 0o777}), 0, "ExecStart binary: /usr/bin/nvidia-persistenced is writable"),
     (dict(owners={"/usr/bin": 1000}), 0, "ExecStart binary: /usr/bin is owned by uid 1000"),
     ({}, 1000, "its real uid is 1000, not root or %s's user nvidia-persistenced" % UNIT),

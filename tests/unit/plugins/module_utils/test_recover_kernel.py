@@ -88,12 +88,12 @@ def test_read_kmsg_reads_the_real_ring_buffer_when_allowed():
 
 
 def test_parse_kernel_log():
-    text = """\
-[Sun Nov 29 17:08:50 2026] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0
-[Sun Nov 29 17:08:50 2026] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,task_memcg=/lxc/129/ns/system.slice/sglang.service,task=sglang::schedul,pid=4242,uid=100000
-[Sun Nov 29 17:09:00 2026] NVRM: Xid (PCI:0000:18:00): 79, pid=123, GPU has fallen off the bus.
-[Sun Nov 29 17:10:00 2026] eth0: link up
-"""
+    text = "\n".join([
+        "[Sun Nov 29 17:08:50 2026] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0",
+        "[Sun Nov 29 17:08:50 2026] oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/lxc/129,"
+        "task_memcg=/lxc/129/ns/system.slice/sglang.service,task=sglang::schedul,pid=4242,uid=100000",
+        "[Sun Nov 29 17:09:00 2026] NVRM: Xid (PCI:0000:18:00): 79, pid=123, GPU has fallen off the bus.",
+        "[Sun Nov 29 17:10:00 2026] eth0: link up", ""])
     k = rk.parse_kernel_log(text, 129)
     assert k["oom_kills_in_container"] == 1
     assert len(k["lines"]) == 3

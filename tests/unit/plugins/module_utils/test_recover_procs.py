@@ -162,7 +162,7 @@ def test_read_process(tmp_path):
         "cgroup": CG_HYBRID, "status": "NSpid:\t4242\t139\n", "wchan": "request_wait_answer",
         "stack": FUSE_STACK,
     })
-    null_line, _ = real_mount_line("/dev/null")
+    null_line, _unused = real_mount_line("/dev/null")
     assert null_line.split(" - ")[1].split()[0] in procs.STAT_SAFE_FSTYPES
     (tmp_path / "proc/4242/mountinfo").write_text(null_line)
     (tmp_path / "proc/4242/fd").mkdir()
@@ -222,12 +222,12 @@ def test_shm_leftovers(tmp_path):
     (tmp_path / "proc/17074").mkdir(parents=True)
     os.symlink(str(tmp_path / "ctroot"), tmp_path / "proc/17074/root")
     for fstype in sorted(procs.WALK_SAFE_FSTYPES):
-        line, _ = real_mount_line(str(tmp_path), fstype=fstype)
+        line, _unused = real_mount_line(str(tmp_path), fstype=fstype)
         (tmp_path / "proc/17074/mountinfo").write_text(line)
         assert procs.shm_leftovers(17074, str(tmp_path)) == ["nccl-abc", "psm_1", "sgl_x"]
         assert procs.shm_listing(17074, str(tmp_path)) == (["keep.me", "nccl-abc", "psm_1", "sgl_x"], None)
     for fstype in ("fuse.lab-stuckfs", "fuse", "overlay", "nfs4"):
-        line, _ = real_mount_line(str(tmp_path), fstype=fstype)
+        line, _unused = real_mount_line(str(tmp_path), fstype=fstype)
         (tmp_path / "proc/17074/mountinfo").write_text(line)
         names, why = procs.shm_listing(17074, str(tmp_path))
         assert names == [] and why == ("/dev/shm of the container not listed: / is on %s, which is not walked (its "
@@ -235,7 +235,7 @@ def test_shm_leftovers(tmp_path):
     (tmp_path / "proc/17074/mountinfo").write_text("")
     assert "/ is on a mount outside its mount table" in procs.shm_listing(17074, str(tmp_path))[1]
     # A symlink is never followed.
-    line, _ = real_mount_line(str(tmp_path), fstype="tmpfs")
+    line, _unused = real_mount_line(str(tmp_path), fstype="tmpfs")
     (tmp_path / "proc/17074/mountinfo").write_text(line)
     os.rename(shm, tmp_path / "ctroot/elsewhere")
     os.symlink("../elsewhere", shm)

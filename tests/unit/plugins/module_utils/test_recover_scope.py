@@ -21,7 +21,7 @@ def test_declared_on_node_only_this_node():
 
 def test_declared_target_is_taken():
     assert rs.check_target(129, "pve1", DECLARED, False) == {"vmid": 129, "declared_as": "ct129", "override": False,
-                                                            "adopt": False}
+                                                             "adopt": False}
 
 
 @pytest.mark.parametrize("vmid,node", [(130, "pve1"), (131, "pve1"), (129, "pve2")])

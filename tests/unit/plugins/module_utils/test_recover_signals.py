@@ -7,7 +7,7 @@ import subprocess
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
-from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401  # pylint: disable=unused-import
 
 VMID = 999999999  # no node has it: no real container process is ever attributed to it
 

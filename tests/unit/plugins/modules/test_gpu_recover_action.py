@@ -17,7 +17,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import reco
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
-from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401
+from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401  # pylint: disable=unused-import
 
 VMID = 129
 
@@ -284,7 +284,7 @@ def root_owned_unit(monkeypatch):
     monkeypatch.setattr(rd, "unit_facts", lambda unit, text: real(
         unit, text, stat_fn=lambda path: os.stat_result((stat.S_IFDIR | 0o755, 0, 0, 1, 0, 0, 0, 0, 0, 0)),
         resolve=lambda path: path))
-    monkeypatch.setattr(rd, "read_real_uid", lambda pid: {4321: 0, 4242: 65534}.get(pid))
+    monkeypatch.setattr(rd, "read_real_uid", {4321: 0, 4242: 65534}.get)
     monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: pred())
     # The scanned daemon (PID and start time) lives until systemctl stop.
     monkeypatch.setattr(action, "_same_process", lambda pid, st: not getattr(CURRENT["module"], "daemon_stopped", False))
@@ -513,6 +513,8 @@ def test_without_the_drivers_numbering_nothing_is_reset(monkeypatch, kw, why):
     result, module = reset(monkeypatch, "memory: 256\n", **kw)
     assert resets(module) == [] and result["changed"] is False
     assert result["refused"][0]["why"].startswith("GPU numbering unknown, no GPU reset: " + why), result["refused"]
+
+
 # Rung 5's task timeout (the role's) covers every step the module takes, each bounded by the module itself.
 class BoundedModule(ResetModule):
     """Records the bound of every command (the bounded supervisor's timeout plus the slack the budget allows each
@@ -578,8 +580,8 @@ def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, ro
               "reset": [], "commands": []}
     action.rung_reset_gpus(module, VMID, "/usr/bin/nvidia-smi", result)
     assert [r["gpus"] for r in result["reset"]] == [[0], [1]] and result["daemons"][0]["restarted"] is True
-    assert [w for w in waits] == [params["term_grace"], params["wait"], rd.STOP_WAIT_S, rd.START_WAIT_S]
-    steps = sum(b for _, b in module.bounds) + sum(waits)
+    assert list(waits) == [params["term_grace"], params["wait"], rd.STOP_WAIT_S, rd.START_WAIT_S]
+    steps = sum(bound for _cmd, bound in module.bounds) + sum(waits)
     assert steps <= budget, "rung 5 may take %d s, its task timeout is %d s: %s" % (steps, budget, module.bounds)
     # The same sum, step by step, is what the budget is made of; the budget grows with the GPUs.
     assert sum(gate.reset_step_bounds_s(state["settings"], len(gpus)).values()) >= steps
