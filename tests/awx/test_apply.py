@@ -78,7 +78,9 @@ def test_awx_does_not_list_data_files_as_playbooks():
     for dirpath, _, files in os.walk(os.path.join(ROOT, "awx")):
         for f in files:
             path = os.path.join(dirpath, f)
-            if f.endswith(".yml") and path != os.path.join(ROOT, "awx", "apply.yml"):
+            # The site template is a project of its own (test_site_template.py lists its playbooks by AWX's rule).
+            if f.endswith(".yml") and path != os.path.join(ROOT, "awx", "apply.yml") and \
+                    not path.startswith(os.path.join(ROOT, "awx", "site-template") + os.sep):
                 with open(path, encoding="utf-8") as fh:
                     assert not any(pattern.match(line) for line in fh), path
 

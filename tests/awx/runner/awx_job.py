@@ -7,7 +7,9 @@ Every rule below is AWX's, cited by file and function (ansible/awx at e21dd0a093
   default); ``_update_unified_job_kwargs`` then adds the survey defaults that pass validation under the answers.
 - Project: the job's ``project/`` is the project at its synced revision (``RunJob`` copies the project cache of
   ``scm_revision``), here ``git archive`` of a commit; project sync's ``awx/playbooks/project_update.yml`` installs
-  ``collections/requirements.yml`` into ``requirements_collections``.
+  ``collections/requirements.yml`` into ``requirements_collections``. A job template may name only a playbook
+  ``Project.playbooks`` lists (``awx/main/models/projects.py``; ``could_be_playbook`` and ``skip_directory`` of
+  ``awx/main/utils/ansible.py``).
 - Inventory: an inventory sourced from the project is imported by ``ansible-inventory --list --export``
   (``RunInventoryUpdate.build_args``) and written for each job as a script printing JSON
   (``BaseTask.write_inventory_file`` with ``Inventory.get_script_data(hostvars=True, towervars=True)``).
@@ -218,6 +220,52 @@ def project_checkout(dest: str, revision: str) -> None:
     subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
 
 
+def project_copy(dest: str, source_dir: str) -> None:
+    """A project that is not this repository (a site's own repository, e.g. awx/site-template): its files as the
+    sync checks them out. The caller gives the directory; AWX would clone the project's Git URL."""
+    shutil.copytree(source_dir, dest, symlinks=True, dirs_exist_ok=True)
+
+
+# awx/main/utils/ansible.py: the lines that make a .yml/.yaml file a playbook AWX offers for a job template.
+VALID_PLAYBOOK_RE = re.compile(r"^\s*?-?\s*?(?:hosts|(ansible\.builtin\.)?include|(ansible\.builtin\.)?import_playbook):\s*?.*?$")
+
+
+def skip_directory(relative_directory_path: str) -> bool:
+    """awx/main/utils/ansible.py skip_directory: roles/, tasks/, group_vars/, host_vars/ and dot folders are not searched."""
+    parts = relative_directory_path.split(os.sep)
+    if "roles" in parts or "tasks" in parts or "group_vars" in parts or "host_vars" in parts:
+        return True
+    return any(part.startswith(".") for part in parts)
+
+
+def could_be_playbook(path: str) -> bool:
+    """awx/main/utils/ansible.py could_be_playbook: a .yml/.yaml file with a line matching VALID_PLAYBOOK_RE, or
+    vault-encrypted."""
+    if os.path.splitext(path)[-1] not in (".yml", ".yaml"):
+        return False
+    with open(path, encoding="utf-8", errors="ignore") as f:
+        for n, line in enumerate(f):
+            if VALID_PLAYBOOK_RE.match(line) or (n == 0 and line.startswith("$ANSIBLE_VAULT;")):
+                return True
+    return False
+
+
+def project_playbooks(project: str) -> List[str]:
+    """awx/main/models/projects.py Project.playbooks: what a job template of this project may name (the API refuses
+    any other: serializers.py JobTemplateSerializer.validate, 'Playbook not found for project.'). skip_directory is
+    given the path relative to the project here; AWX gives it the absolute one (a project path with a folder named
+    roles or tasks, or a dot folder, would hide every playbook in AWX)."""
+    found = []
+    for dirpath, _dirnames, filenames in os.walk(project):
+        rel = os.path.relpath(dirpath, project)
+        if rel != "." and skip_directory(rel):
+            continue
+        for name in filenames:
+            if could_be_playbook(os.path.join(dirpath, name)):
+                found.append(os.path.normpath(os.path.join(rel, name)))
+    return sorted(found, key=str.lower)
+
+
 def project_sync(project: str, collections_dir: str) -> None:
     """awx/playbooks/project_update.yml: ansible-galaxy collection install -r collections/requirements.yml, with
     the project as the current directory, into the job's requirements_collections."""
@@ -379,7 +427,13 @@ def build_private_data_dir(pdd: str, job: Mapping[str, Any]) -> Dict[str, Any]:
     """Lay out ``pdd`` as RunJob does for ``job`` (a dict: playbook, inventory, extra_vars, credentials,
     job_type, limit, revision, id ...). Returns what it wrote (paths and the values), for the tests."""
     project = os.path.join(pdd, "project")
-    project_checkout(project, job["revision"])
+    if job.get("project_dir"):
+        project_copy(project, job["project_dir"])
+    else:
+        project_checkout(project, job["revision"])
+    if job["playbook"] not in project_playbooks(project):
+        raise LaunchRefused("AWX refuses this job template: playbook %s is not one of the project's playbooks %s"
+                            % (job["playbook"], project_playbooks(project)))
     collections_dir = os.path.join(pdd, "requirements_collections")
     project_sync(project, collections_dir)
     script = write_inventory_script(pdd, inventory_script_data(project, job["inventory"]))
@@ -491,9 +545,10 @@ def credentials_from_file(path: str) -> List[Tuple[Dict[str, Any], Dict[str, Any
 
 def new_job(template: Mapping[str, Any], extra_vars: Mapping[str, Any], job_id: int, revision: str, inventory: str,
             credentials=(), job_type: str = "run", workflow: Optional[Mapping[str, Any]] = None,
-            limit: str = "") -> Dict[str, Any]:
-    """The job a launch creates from a job template of awx/config.yml."""
-    return {"id": job_id, "template_id": template.get("id", 1), "template_name": template["name"],
+            limit: str = "", project_dir: str = "") -> Dict[str, Any]:
+    """The job a launch creates from a job template of awx/config.yml (project_dir: a project that is not this
+    repository, copied from that directory instead of git archive of the commit)."""
+    return {"project_dir": project_dir, "id": job_id, "template_id": template.get("id", 1), "template_name": template["name"],
             "playbook": template["playbook"], "extra_vars": dict(extra_vars), "revision": revision,
             "inventory": inventory, "inventory_id": 1, "inventory_name": os.path.dirname(inventory) or inventory,
             "credentials": list(credentials), "job_type": job_type, "limit": limit,
