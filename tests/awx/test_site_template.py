@@ -141,3 +141,17 @@ def test_a_playbook_the_site_does_not_hold_is_refused(site_project, tmp_path):
                           project_dir=site_project)
     with pytest.raises(awx_job.LaunchRefused, match="playbooks/plan_missing.yml is not one of the project's playbooks"):
         awx_job.run(job, keep=str(tmp_path / "job"))
+
+
+def test_apply_sources_the_inventory_from_the_site_repository():
+    """awx/apply.yml's defaults: the project is the site's repository, the inventory source its inventory/hosts.yml."""
+    play_vars = awx_job.load_yaml("awx/apply.yml")[0]["vars"]
+    path = play_vars["inferops_awx_inventory_source_path"]
+    assert os.path.isfile(os.path.join(SITE, path)), path
+    assert play_vars["inferops_awx_scm_url"] == ""  # the one value a site must give: its repository
+    assert play_vars["inferops_awx_inventory"] and play_vars["inferops_awx_project"] != COLLECTION
+
+
+def test_apply_requirements_name_awx_awx():
+    entries = awx_job.load_yaml("awx/requirements.yml")["collections"]
+    assert [e["name"] for e in entries] == ["awx.awx"]
