@@ -62,9 +62,9 @@ def test_blank_text_is_accepted_and_defaults_go_under_the_answers():
     assert extra == {"recover_vmid": 129, "recover_relaunch": "true", "recover_allow_reboot": "false"}
 
 
-def test_the_readme_launch_examples_are_accepted():
-    """README.md, "AWX": every `awx ... launch --extra_vars` example passes AWX's launch validation."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+def test_the_docs_launch_examples_are_accepted():
+    """docs/awx.md: every `awx ... launch --extra_vars` example passes AWX's launch validation."""
+    text = open(os.path.join(ROOT, "docs", "awx.md"), encoding="utf-8").read()
     surveys = {"GPU host: plan": PLAN, "GPU host: deploy": DEPLOY, "GPU host: recover": RECOVER,
                "GPU host: recover then deploy": WORKFLOW}
     found = 0
@@ -75,7 +75,7 @@ def test_the_readme_launch_examples_are_accepted():
                 answers = json.loads(argv[argv.index("--extra_vars") + 1])
                 awx_job.launch_extra_vars(survey, answers)
                 found += 1
-    assert found == 4, "README.md should show one awx CLI launch per template and the workflow"
+    assert found == 4, "docs/awx.md should show one awx CLI launch per template and the workflow"
 
 
 # --- The private data dir (RunJob), read back from disk --------------------------------------------------------
