@@ -155,3 +155,26 @@ def test_apply_sources_the_inventory_from_the_site_repository():
 def test_apply_requirements_name_awx_awx():
     entries = awx_job.load_yaml("awx/requirements.yml")["collections"]
     assert [e["name"] for e in entries] == ["awx.awx"]
+
+
+def _tasks(tasks):
+    for task in tasks:
+        yield task
+        yield from _tasks(task.get("block") or [])
+
+
+def test_apply_wires_project_inventory_and_templates_to_the_site_repository():
+    """The project is the site's Git URL; the inventory source reads that project; every job template runs from it."""
+    play = awx_job.load_yaml("awx/apply.yml")[0]
+    by_module = {}
+    for task in _tasks(play["tasks"]):
+        for key, args in task.items():
+            if key.startswith("awx.awx."):
+                by_module[key[len("awx.awx."):]] = args
+    assert by_module["project"]["scm_url"] == "{{ inferops_awx_scm_url }}"
+    assert by_module["project"]["name"] == "{{ inferops_awx_project }}"
+    source = by_module["inventory_source"]
+    assert (source["source"], source["source_project"], source["source_path"]) == (
+        "scm", "{{ inferops_awx_project }}", "{{ inferops_awx_inventory_source_path }}")
+    assert by_module["job_template"]["project"] == "{{ inferops_awx_project }}"
+    assert by_module["job_template"]["playbook"] == "{{ item.playbook }}"
