@@ -17,6 +17,7 @@ from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
     node_plan,
     playbook_inputs,
+    safe_text,
     sglang_deploy,
     sglang_extra_vars,
     sglang_request,
@@ -95,7 +96,10 @@ class ActionModule(ActionBase):
             result["msg"] = str(exc)
         except sglang_request.DeployError as exc:
             result["failed"] = True
-            result["msg"] = str(exc) + ("\n" + blank_note if blank_note else "")
+            result.update(safe_text.failure_result(str(exc) + ("\n" + blank_note if blank_note else "")))
+            # The default callback prints a failed result on one line unless told, as debug and assert tell it:
+            # msg_lines then reads one line each.
+            result["_ansible_verbose_always"] = "msg_lines" in result
         except (KeyError, TypeError, ValueError) as exc:
             result["failed"] = True
             result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)

@@ -82,3 +82,17 @@ def env_name_message(name: str, key: Any) -> str:
         return ""
     return ("%s has the key %s, which is not an environment variable name (a letter or '_', then letters, digits "
             "or '_'); rename it" % (name, _shown(key)))
+
+
+def failure_result(text: str) -> dict:
+    """A failed task's ``msg`` and ``msg_lines`` for a message of several lines (a refusal with its arithmetic, a
+    table): ``msg`` is its first line, pointing at the rest, and ``msg_lines`` the rest as a list. ansible-core's default
+    callback (callback_result_format=json, what an installed collection runs with) prints a string's line breaks as
+    \\n inside one line and a list one element per line, and it prints ``msg`` twice (the error and the result): the
+    arithmetic is printed once, line by line. A one-line message is ``msg`` alone."""
+    lines = str(text).split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    if len(lines) == 1:
+        return {"msg": lines[0]}
+    return {"msg": lines[0].rstrip() + " (the lines that explain it: msg_lines, below)", "msg_lines": lines[1:]}
