@@ -34,7 +34,7 @@ help:
 	@echo "make check    the fast tier: unit, lint and the tests that need no lab (about a minute)"
 	@echo "make hostile  the hostile set alone: a tenant or host user attacks deploy, recover and the event source"
 	@echo "make property the sizing model's property test against its oracle, 100,000+ layouts"
-	@echo "make plan     print a HiCache sizing plan (VARS=inventories/examples/<file>.yml)"
+	@echo "make plan     print a HiCache sizing plan (VARS=playbooks/vars/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
 	@echo "make bench    run the benchmarks (under 15 min; BENCH_FULL=1 for the full grid, about 36 min)"
 
@@ -207,13 +207,13 @@ bench: lab $(BIN)/.stamp-bench eda-setup
 	"$(BIN)/python" benchmarks/plot.py
 
 # Event-Driven Ansible (extensions/eda/, docs/recover.md "Unattended recovery"): ansible-rulebook in its own
-# virtualenv (its pins are its own: requirements-eda.txt); its Java runtime comes with the lab's packages
+# virtualenv (its pins are its own: extensions/eda/requirements.txt); its Java runtime comes with the lab's packages
 # (tests/lab/labctl up installs openjdk-17-jre-headless). The rulebook runs ansible-playbook from .venv on PATH.
 EDA_VENV := $(ROOT)/.build/eda-venv
-$(EDA_VENV)/.stamp: requirements-eda.txt
+$(EDA_VENV)/.stamp: extensions/eda/requirements.txt
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (pass PYTHON=...)" >&2; exit 1; }
 	rm -rf "$(EDA_VENV)" && "$(PYTHON)" -m venv "$(EDA_VENV)"
-	"$(EDA_VENV)/bin/pip" install --quiet --disable-pip-version-check -r requirements-eda.txt
+	"$(EDA_VENV)/bin/pip" install --quiet --disable-pip-version-check -r extensions/eda/requirements.txt
 	touch "$@"
 .PHONY: eda-setup
 eda-setup: setup $(EDA_VENV)/.stamp

@@ -56,7 +56,7 @@ PLAYBOOK_INPUTS: Dict[str, Dict[str, str]] = {
         "ansible_eda": _EDA,
     },
     "plan.yml": {
-        "plan_input": "a mapping of hicache_plan keys (facts and layout), as in inventories/examples/",
+        "plan_input": "a mapping of hicache_plan keys (facts and layout), as in playbooks/vars/examples/",
         "plan_host": "a container host of the inventory, planned with the variables deploy.yml reads for it",
         "plan_requested_gb": "a per-rank size to ask for (decimal GB); blank or 0 lets the plan choose",
         "plan_node": "a PVE node of the inventory: every container the inventory places on it, planned together",

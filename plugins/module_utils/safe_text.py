@@ -95,4 +95,4 @@ def failure_result(text: str) -> dict:
         lines.pop()
     if len(lines) == 1:
         return {"msg": lines[0]}
-    return {"msg": lines[0].rstrip() + " (the lines that explain it: msg_lines, below)", "msg_lines": lines[1:]}
+    return {"msg": lines[0].rstrip() + " (continued in msg_lines, below)", "msg_lines": lines[1:]}

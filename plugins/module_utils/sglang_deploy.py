@@ -525,8 +525,10 @@ def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[s
         notes.append("plan_input: %s blank, so not given: the documented default is used." % ", ".join(blank))
     if req is None:
         if not given:
-            raise DeployError("Nothing to plan: pass a variable file with a plan_input dict (-e @inventories/examples/"
-                              "kimi-k2-incident.yml), or plan an inventory host: -i <inventory> -e plan_host=<container host>")
+            raise DeployError("Nothing to plan: pass a variable file with a plan_input dict (the collection ships examples "
+                              "in its playbooks/vars/examples/: -e @<collection>/playbooks/vars/examples/kimi-k2-incident.yml, "
+                              "where `ansible-galaxy collection list inferops.gpu_inference` shows <collection>'s directory), "
+                              "or plan an inventory host: -i <inventory> -e plan_host=<container host>")
         data = dict(given)
         requested = override or parse_requested_gb(own, "plan_input.requested_gb")
         if requested:

@@ -154,7 +154,7 @@ request:
 node_plan:
   description: (node) The node's plan; C(gates) (host -> the container's plan on the node), C(table) (who commits what
     of the node's RAM), C(containers), C(others), C(committed_bytes), C(mem_total_bytes). When it does not fit, the task
-    fails with the table.
+    fails with the table (in RV(msg_lines)).
   type: dict
   returned: stage is node
 launch:
@@ -189,4 +189,12 @@ calculation:
     O(containers), C(node_plan) (as the node stage returns it) and C(notes).
   type: dict
   returned: stage is calculate
+msg_lines:
+  description: >-
+    When the task fails with a message of several lines (a plan or the node's table that does not fit, with its
+    arithmetic): the lines after the first, one a line; C(msg) is the first line. A list, so that ansible-core's
+    default callback prints it one line each (it prints a string's line breaks as \n).
+  type: list
+  elements: str
+  returned: failure with a message of several lines
 """

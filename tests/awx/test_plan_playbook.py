@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 BIN = os.path.dirname(sys.executable)
-INCIDENT = "@inventories/examples/kimi-k2-incident.yml"
+INCIDENT = "@playbooks/vars/examples/kimi-k2-incident.yml"
 
 
 def plan(*args, extra_file=None, tmp_path=None):

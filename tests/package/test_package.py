@@ -10,8 +10,12 @@ ansible-core that meta/runtime.yml claims is in .build/package-oldest (tests/pac
   - `ansible-builder introspect` of the installed tarball lists exactly meta/ee-requirements.txt and meta/ee-bindep.txt;
   - `ansible-builder create` with execution-environment.yml makes a build context that installs this tarball;
   - the oldest claimed ansible-core installs the tarball, syntax-checks the three playbooks from it and runs the
-    calculator (plan.yml) with the same answer as the pinned ansible-core.
-Nothing here uses the checkout's .collections link or its ansible.cfg: each ansible command gets its own config.
+    calculator (plan.yml) with the same answer as the pinned ansible-core;
+  - as an operator runs it: the tarball installed into an empty collections path, the calculator run from a directory
+    with no ansible.cfg (ansible-core's defaults: the default callback, JSON results) for a host and for a node, with
+    and without a requested size: its plan and its refusals read as lines, each explanation printed once.
+Nothing here uses the checkout's .collections link or its ansible.cfg: each ansible command gets its own config
+(the operator's run: none at all).
 """
 from __future__ import annotations
 
@@ -178,7 +182,10 @@ def test_collection_files_all_ship(members):
 def test_required_files(members):
     required = ["README.md", "LICENSE", "CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml",
                 "meta/runtime.yml", "meta/execution-environment.yml", "meta/ee-requirements.txt",
-                "meta/ee-bindep.txt", "playbooks/deploy.yml", "playbooks/recover.yml", "playbooks/plan.yml"]
+                "meta/ee-bindep.txt", "playbooks/deploy.yml", "playbooks/recover.yml", "playbooks/plan.yml",
+                # What the docs point an operator at: the calculator's example variable files, the EDA pins.
+                "extensions/eda/requirements.txt"]
+    required += [f"playbooks/vars/examples/{f}" for f in os.listdir(os.path.join(REPO, "playbooks", "vars", "examples"))]
     for role in sorted(os.listdir(os.path.join(REPO, "roles"))):
         required += [f"roles/{role}/README.md", f"roles/{role}/meta/main.yml", f"roles/{role}/meta/argument_specs.yml"]
     docs = [f"docs/{d}" for d in os.listdir(os.path.join(REPO, "docs")) if d.endswith(".md")]
@@ -320,7 +327,7 @@ def _plan_answer(stdout: str) -> str:
 @pytest.mark.parametrize("example", ["llama-3-70b-8gpu.yml", "kimi-k2-incident.yml"])
 def test_oldest_core_calculator(oldest_installed, installed, example):
     """plan.yml from the built collection gives the same size on the oldest claimed ansible-core as on the pin."""
-    vars_file = os.path.join(REPO, "inventories", "examples", example)
+    vars_file = os.path.join(REPO, "playbooks", "vars", "examples", example)
     answers = []
     for bin_dir, path in ((OLDEST_BIN, oldest_installed), (VENV_BIN, installed)):
         env = ansible_env(path)
@@ -328,3 +335,169 @@ def test_oldest_core_calculator(oldest_installed, installed, example):
         proc = run([os.path.join(bin_dir, "ansible-playbook"), f"{FQCN}.plan", "-e", f"@{vars_file}"], env=env)
         answers.append(_plan_answer(proc.stdout))
     assert answers[0] == answers[1]
+
+
+# --- The calculator as an operator runs it: the installed tarball, no ansible.cfg anywhere, ansible-core's defaults.
+
+OPERATOR_INVENTORY = {"all": {"children": {
+    "proxmox_nodes": {"hosts": {"pve1": {"ansible_host": "pve1.example.org"}}},
+    "sglang_containers": {"hosts": {"ct129": {
+        "proxmox_vmid": 129, "pve_gpu_container_node_host": "pve1", "pve_gpu_container_gpus": [0, 1, 2, 3, 4, 5, 6, 7],
+        "pve_gpu_container_memory_mib": 450560, "sglang_server_version": "0.5.9", "sglang_server_tp_size": 8,
+        "sglang_server_model_path": "/srv/models/Kimi-K2-Instruct", "sglang_server_model_preset": "kimi-k2"}}}}}}
+# The incident node: 449 GiB of RAM, 8 GPUs of 97887 MiB (the one fact the inventory above does not give).
+NODE_INPUT = {"plan_input": {"mem_total_bytes": 482110078976, "gpu_memory_mib": 97887}}
+PLAN_REFUSED = "Refused: the plan does not fit; the arithmetic is printed above (Show the plan)."
+
+
+@pytest.fixture(scope="session")
+def operator(tarball, tmp_path_factory):
+    """An empty collections path with the tarball installed, and an empty working directory (also HOME: no
+    ~/.ansible.cfg); the environment has no ANSIBLE_* variable but ANSIBLE_COLLECTIONS_PATH."""
+    root = tmp_path_factory.mktemp("operator")
+    collections, cwd = root / "collections", root / "work"
+    collections.mkdir()
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(HOME=str(cwd), PATH=VENV_BIN + os.pathsep + os.environ["PATH"], ANSIBLE_COLLECTIONS_PATH=str(collections))
+    assert not os.listdir(collections)
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p",
+                           str(collections), tarball], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(cwd / "hosts.yml", "w") as f:
+        yaml.safe_dump(OPERATOR_INVENTORY, f)
+    version = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "--version"], cwd=cwd, env=env,
+                             capture_output=True, text=True, check=True).stdout
+    assert "config file = None" in version, version
+    return {"env": env, "cwd": str(cwd), "collection": str(collections / "ansible_collections" / NAMESPACE / NAME)}
+
+
+def operator_plan(operator, *args):
+    """ansible-playbook inferops.gpu_inference.plan ARGS as the operator runs it; stdout and stderr together."""
+    cmd = [os.path.join(VENV_BIN, "ansible-playbook"), f"{FQCN}.plan", *args]
+    proc = subprocess.run(cmd, cwd=operator["cwd"], env=operator["env"], capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    print("$", " ".join(cmd), f"(rc {proc.returncode})\n{out[-8000:]}")
+    assert "Traceback" not in out
+    # Line-shaped: no text with its line breaks printed as \n inside one JSON string, wherever it comes from.
+    assert "\\n" not in out, "a message printed with \\n inside one line"
+    # Nothing of the checkout (an error's origin names the playbook's path).
+    assert REPO not in out
+    return proc.returncode, out
+
+
+def printed_list(out: str, task: str, key: str = "msg") -> list:
+    """The list the task printed under ``key``, read line by line: each element must be exactly one line."""
+    lines = out[out.index(f"TASK [{task}]"):].splitlines()
+    start = lines.index(f'    "{key}": [')
+    got = []
+    for line in lines[start + 1:]:
+        if line.rstrip() == "    ]" or line.rstrip() == "    ],":
+            return got
+        assert line.startswith('        "'), f"not one element a line: {line!r}"
+        text = line.strip()
+        got.append(json.loads(text[:-1] if text.endswith(",") else text))  # one whole JSON string, or it raises
+    raise AssertionError(f"{task}: the list of {key} does not end")
+
+
+def in_process_plan(operator, plan_input: dict, requested_gb=None) -> dict:
+    """The installed collection's calculator (module_utils, pure Python) called directly, in a separate Python."""
+    code = ("import json, sys\n"
+            "from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy\n"
+            "args = json.load(sys.stdin)\n"
+            "print(json.dumps(sglang_deploy.calculate(args['plan_input'], args['requested_gb'])))\n")
+    env = dict(operator["env"], PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(operator["collection"]))))
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps({"plan_input": plan_input, "requested_gb": requested_gb}),
+                          env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def shown_plan(calculation: dict) -> list:
+    """What plan.yml shows of a calculation, one element a line (its notes, the picture, the arithmetic, warnings)."""
+    plan = calculation["plan"]
+    notes = calculation["notes"] + ([""] if calculation["notes"] else [])
+    return notes + plan["picture"] + [""] + plan["explain"] + ["WARNING: " + w for w in plan["warnings"]]
+
+
+def test_operator_plan_from_the_shipped_example(operator):
+    example = os.path.join(operator["collection"], "playbooks", "vars", "examples", "kimi-k2-incident.yml")
+    assert os.path.isfile(example), "the example the docs point at is not in the installed collection"
+    with open(example) as f:
+        plan_input = yaml.safe_load(f)["plan_input"]
+    rc, out = operator_plan(operator, "-e", f"@{example}")
+    assert rc == 0
+    shown = printed_list(out, "Show the plan")
+    assert shown == shown_plan(in_process_plan(operator, plan_input))
+    assert any(line.startswith("Plan: --hicache-size 44 per rank") for line in shown), shown  # the incident's answer
+    assert '"msg": "--hicache-size 44"' in out
+
+
+def test_operator_plan_refuses_the_incident_size_once(operator):
+    example = os.path.join(operator["collection"], "playbooks", "vars", "examples", "kimi-k2-incident.yml")
+    with open(example) as f:
+        plan_input = yaml.safe_load(f)["plan_input"]
+    rc, out = operator_plan(operator, "-e", f"@{example}", "-e", "plan_requested_gb=300")
+    assert rc != 0
+    shown = printed_list(out, "Show the plan")
+    calculation = in_process_plan(operator, plan_input, 300)
+    assert not calculation["plan"]["fits"]
+    assert shown == shown_plan(calculation)
+    # The arithmetic once (the plan shown), the refusal one short line (the error and the failed result repeat it).
+    assert out.count("DOES NOT FIT") == 1 and out.count("Largest safe value: --hicache-size 44") == 1, out
+    assert any(line.startswith("Requested --hicache-size 300: 8 ranks x 300.0 GB = 2400.0 GB pinned") for line in shown)
+    assert f"[ERROR]: Task failed: Action failed: {PLAN_REFUSED}" in out and f'"msg": "{PLAN_REFUSED}"' in out
+
+
+def test_operator_plan_for_an_inventory_host(operator):
+    rc, out = operator_plan(operator, "-i", "hosts.yml", "-e", "plan_host=ct129",
+                            "-e", json.dumps({"plan_input": {"gpu_memory_mib": 97887}}))
+    assert rc == 0
+    shown = printed_list(out, "Show the plan")
+    assert shown[0].startswith("Planned offline for ct129 (CT 129,")
+    plan_line = [line for line in shown if line.startswith("Plan: --hicache-size ")]
+    assert len(plan_line) == 1
+    size = re.match(r"Plan: --hicache-size (\d+) per rank", plan_line[0]).group(1)
+    assert f'"msg": "--hicache-size {size}"' in out
+    rc, out = operator_plan(operator, "-i", "hosts.yml", "-e", "plan_host=ct129", "-e", "plan_requested_gb=300",
+                            "-e", json.dumps({"plan_input": {"gpu_memory_mib": 97887}}))
+    assert rc != 0
+    shown = printed_list(out, "Show the plan")
+    assert any(line.startswith("Requested --hicache-size 300: 8 ranks x 300.0 GB") and "DOES NOT FIT" in line
+               for line in shown), shown
+    assert out.count("DOES NOT FIT") == 1, out
+    assert f'"msg": "{PLAN_REFUSED}"' in out
+
+
+def test_operator_plan_for_a_node(operator):
+    rc, out = operator_plan(operator, "-i", "hosts.yml", "-e", "plan_node=pve1", "-e", json.dumps(NODE_INPUT))
+    assert rc == 0
+    shown = printed_list(out, "Show the node's plan")
+    assert shown[0].startswith("Planned offline for node pve1 from the inventory: 1 container(s)")
+    table = shown[shown.index("") + 1:]
+    assert table[0].split() == ["guest", "limit", "pinned", "(per", "rank)", "overheads", "commits"]
+    assert table[1].startswith("CT 129 ct129 ") and table[-1].startswith("node pve1 RAM ") and table[-1].endswith("fits")
+
+
+def test_operator_plan_for_a_node_refuses_a_requested_size(operator):
+    rc, out = operator_plan(operator, "-i", "hosts.yml", "-e", "plan_node=pve1", "-e", json.dumps(NODE_INPUT),
+                            "-e", "plan_requested_gb=300")
+    assert rc != 0
+    assert "TASK [Show the node's plan]" not in out, "planned anyway"
+    # Refused naming the way that plans the size: the container, with plan_host.
+    assert re.search(r"plan_requested_gb='?300'? is one container's per-rank size", out), out
+    assert re.search(r"-e plan_host=ct129 -e plan_requested_gb='?300'?", out), out
+
+
+def test_operator_plan_for_a_node_whose_container_does_not_fit(operator):
+    """A container of the node asking for 300 GB per rank: the node's plan refuses it, the arithmetic one line an
+    element of msg_lines (printed once), the message itself one line."""
+    rc, out = operator_plan(operator, "-i", "hosts.yml", "-e", "plan_node=pve1", "-e", json.dumps(NODE_INPUT),
+                            "-e", "sglang_server_hicache_requested_gb=300")
+    assert rc != 0
+    assert "TASK [Show the node's plan]" not in out
+    lines = printed_list(out, "Compute the node's plan", key="msg_lines")
+    assert any(line.startswith("Requested --hicache-size 300: 8 ranks x 300.0 GB") and "DOES NOT FIT" in line
+               for line in lines), lines
+    assert "" in lines and any(line.startswith(" ! KV pools ") for line in lines), lines  # the picture, its columns kept
+    assert out.count("DOES NOT FIT") == 1, out
+    assert re.search(r'"msg": "CT 129: refused before any change, the HiCache plan does not fit\.[^"\n]*msg_lines', out), out

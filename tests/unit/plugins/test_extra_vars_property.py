@@ -23,7 +23,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_requ
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins import sglang_oracle as oracle
 
 EXAMPLES = int(os.environ.get("EXTRA_VARS_PROPERTY_EXAMPLES", "1000"))
-EXAMPLE_DIR = os.path.join(playbook_inputs.COLLECTION_ROOT, "inventories", "examples")
+EXAMPLE_DIR = os.path.join(playbook_inputs.COLLECTION_ROOT, "playbooks", "vars", "examples")
 BASES = []
 for _name in ("kimi-k2-incident.yml", "llama-3-70b-8gpu.yml", "llama-3-8b-dp-no-attention.yml", "glm-5-fp8-8gpu.yml"):
     with open(os.path.join(EXAMPLE_DIR, _name), encoding="utf-8") as _f:

@@ -632,7 +632,7 @@ def test_every_memory_figure_is_formatted_without_floats():
 # ---------------------------------------------------------------- the example inventories
 
 
-EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "inventories", "examples", "*.yml")))
+EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "playbooks", "vars", "examples", "*.yml")))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
