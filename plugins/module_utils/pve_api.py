@@ -157,6 +157,7 @@ def classify_api_error(
     api_user: Optional[str] = None,
     ca_path: Optional[str] = None,
     validate_certs: bool = True,
+    api_timeout_s: Optional[int] = None,
 ) -> ApiError:
     """Turn a proxmoxer/requests exception into a message that says what went wrong and what to do.
 
@@ -177,6 +178,24 @@ def classify_api_error(
             "api_host (pvesh acts as root@pam).",
         )
 
+    # The CA file itself, before any certificate is checked: OpenSSL reads an empty or non-PEM file as "no
+    # certificate or crl found", which requests reports as an SSLError like a failed verification.
+    ca_name = ca_path or "given as ca_path"
+    if "no_certificate_or_crl_found" in low or "no certificate or crl found" in low:
+        return ApiError(
+            "ca_file_empty",
+            f"The CA file {ca_name} holds no certificate: it is empty or has no PEM block (-----BEGIN "
+            "CERTIFICATE-----), so nothing could be verified. Copy the PVE node's /etc/pve/pve-root-ca.pem (or the "
+            "CA that signed the node's certificate) into it; the roles take it from proxmox_api_ca_path. "
+            f"({text.strip()})",
+        )
+    if "could not find a suitable tls ca certificate bundle" in low:
+        return ApiError(
+            "ca_file_missing",
+            f"The CA file {ca_name} does not exist on the machine that calls the API (the controller, or the host "
+            "the task is delegated to). Copy the PVE node's /etc/pve/pve-root-ca.pem there, or correct the path "
+            f"(proxmox_api_ca_path for the roles). ({text.strip()})",
+        )
     if "sslerror" in names or "certificate verify failed" in low or "certificate_verify_failed" in low:
         if "hostname mismatch" in low or "doesn't match" in low or "not valid for" in low:
             why = "the certificate does not name this host; use the host name the certificate was issued for as api_host"
@@ -201,10 +220,13 @@ def classify_api_error(
         )
     if "name or service not known" in low or "temporary failure in name resolution" in low or "nodename nor servname" in low:
         return ApiError("name_resolution", f"Cannot resolve the host name in {url}: check api_host. ({text.strip()})")
+    waited = f" ({api_timeout_s} s per request)" if api_timeout_s is not None else ""
     if "timeout" in names or "connecttimeout" in names or "readtimeout" in names or "timed out" in low:
         return ApiError(
             "timeout",
-            f"{url} did not answer in time: check the network path to the node, or raise api_timeout. ({text.strip()})",
+            f"{url} did not answer in time{waited}: check the network path to the node, or give it longer: "
+            "proxmox_api_timeout in the inventory (the role pve_gpu_container's pve_gpu_container_api_timeout; "
+            f"the module's api_timeout), in seconds per request. ({text.strip()})",
         )
     if "connectionerror" in names and status_code is None:
         return ApiError(
@@ -268,7 +290,11 @@ def exception_text(exc: BaseException) -> str:
 
 
 def classify_exception(
-    exc: BaseException, auth: Mapping[str, Any], ca_path: Optional[str] = None, validate_certs: bool = True
+    exc: BaseException,
+    auth: Mapping[str, Any],
+    ca_path: Optional[str] = None,
+    validate_certs: bool = True,
+    api_timeout_s: Optional[int] = None,
 ) -> ApiError:
     """classify_api_error for an exception proxmoxer or requests raised, under the login ``auth`` (login_settings)."""
     return classify_api_error(
@@ -280,4 +306,5 @@ def classify_exception(
         api_user=auth.get("user"),
         ca_path=ca_path,
         validate_certs=validate_certs,
+        api_timeout_s=api_timeout_s,
     )

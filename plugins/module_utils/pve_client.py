@@ -34,6 +34,7 @@ class PveClient:
         task_timeout: int = 300,
         ca_path: Optional[str] = None,
         validate_certs: bool = True,
+        api_timeout_s: Optional[int] = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -44,13 +45,16 @@ class PveClient:
         self.task_timeout = task_timeout
         self.ca_path = ca_path
         self.validate_certs = validate_certs
+        self.api_timeout_s = api_timeout_s
 
     # ---- plumbing -------------------------------------------------------------------------
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # proxmoxer, requests: classified into a clear message
-            err = pve_api.classify_exception(exc, self.auth, self.ca_path, self.validate_certs)
+            err = pve_api.classify_exception(
+                exc, self.auth, self.ca_path, self.validate_certs, self.api_timeout_s
+            )
             self.fail(f"{what}: {err.message}", error_kind=err.kind)
 
     @property

@@ -459,6 +459,7 @@ class PveLxc:
             task_timeout=self.params["timeout"],
             ca_path=self.params.get("ca_path"),
             validate_certs=self.params.get("validate_certs", True),
+            api_timeout_s=self.params.get("api_timeout"),
         )
 
     def fail(self, msg, **extra):
@@ -659,7 +660,7 @@ def connect(module):
         # A token is only checked on the first request; fail here with a clear message.
         api.version.get()
     except Exception as exc:
-        err = pve_api.classify_exception(exc, auth, p["ca_path"], p["validate_certs"])
+        err = pve_api.classify_exception(exc, auth, p["ca_path"], p["validate_certs"], p["api_timeout"])
         module.fail_json(msg=f"connecting to {auth['url']}: {err.message}", error_kind=err.kind)
     return api, auth
 

@@ -87,6 +87,51 @@ def test_classify_tls_and_connection():
     assert dns.kind == "name_resolution"
 
 
+def test_classify_ca_file_empty_names_the_file_first():
+    # What requests raised for an empty (or non-PEM) CA file, read on this machine with requests/urllib3 and a
+    # socket that accepts: the cause is the file, not the server's certificate.
+    text = (
+        "HTTPSConnectionPool(host='127.0.0.1', port=46155): Max retries exceeded with url: / (Caused by "
+        "SSLError(SSLError(136, '[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found (_ssl.c:4147)')))"
+    )
+    err = _classify(["SSLError", "ConnectionError", "RequestException", "OSError"], text,
+                    ca_path="/etc/inferops/pve-root-ca.pem")
+    assert err.kind == "ca_file_empty"
+    assert err.message.startswith("The CA file /etc/inferops/pve-root-ca.pem holds no certificate")
+    assert "/etc/pve/pve-root-ca.pem" in err.message and "proxmox_api_ca_path" in err.message
+    assert "not signed by a CA" not in err.message
+
+
+def test_classify_ca_file_missing():
+    err = _classify(["OSError"], "Could not find a suitable TLS CA certificate bundle, invalid path: /etc/nope.pem",
+                    ca_path="/etc/nope.pem")
+    assert err.kind == "ca_file_missing"
+    assert err.message.startswith("The CA file /etc/nope.pem does not exist")
+
+
+def test_classify_timeout_names_the_variable_a_user_sets():
+    err = _classify(["ReadTimeout", "Timeout"], "Read timed out. (read timeout=10)", api_timeout_s=10)
+    assert err.kind == "timeout"
+    assert "(10 s per request)" in err.message
+    # The roles' users set these; the module's own option is named as well for a direct module call.
+    assert "proxmox_api_timeout" in err.message and "pve_gpu_container_api_timeout" in err.message
+    assert "raise api_timeout" not in err.message
+    unknown = _classify(["ConnectTimeout", "Timeout"], "timed out")
+    assert "s per request)" not in unknown.message
+
+
+def test_timeout_variable_named_in_the_message_is_the_roles():
+    # The message names a role variable: it must exist in the role's argument_specs and reach the module.
+    import pathlib
+
+    import yaml
+
+    role = pathlib.Path(pa.__file__).resolve().parents[2] / "roles" / "pve_gpu_container"
+    spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert "proxmox_api_timeout" in spec["pve_gpu_container_api_timeout"]["default"]
+    assert "api_timeout: \"{{ pve_gpu_container_api_timeout | int }}\"" in (role / "tasks" / "main.yml").read_text()
+
+
 def test_classify_auth():
     pw = _classify(
         ["AuthenticationError", "Exception"],
