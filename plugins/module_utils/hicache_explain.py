@@ -98,14 +98,18 @@ def headroom_text(sizing: Sizing) -> str:
     """How much the policy keeps back from the pools, and why (docs/sizing.md, "Policy defaults and why")."""
     budget, pol = sizing.budget, sizing.inp.policy
     kept = budget.reserve_bytes + budget.overhead_bytes
+    if kept > budget.ram_bytes:
+        # A share above 100% reads as a typo of the tool's; say plainly that the headroom alone overflows the RAM.
+        share = "more than all %s of RAM" % fmt_gib(budget.ram_bytes)
+    else:
+        share = "%d%% of %s RAM" % (round(100 * kept / budget.ram_bytes) if budget.ram_bytes else 0, fmt_gib(budget.ram_bytes))
     return (
-        "Headroom the policy keeps: %s (%d%% of %s RAM) for the OS reserve and %d ranks' and the front-end's processes; "
+        "Headroom the policy keeps: %s (%s) for the OS reserve and %d ranks' and the front-end's processes; "
         "the per-rank %s and front-end %s are this collection's budget, not a measured SGLang figure (none is published): "
         "the deploy's verify reports what the running processes use, so measure and override them."
         % (
             fmt_gb(kept),
-            round(100 * kept / budget.ram_bytes) if budget.ram_bytes else 0,
-            fmt_gib(budget.ram_bytes),
+            share,
             sizing.ranks,
             fmt_gib(pol["rank_overhead_bytes"]),
             fmt_gib(pol["frontend_overhead_bytes"]),

@@ -55,6 +55,12 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_valu
 
 #: The largest container memory limit accepted (64 TiB, in MiB): more is a figure in KiB or bytes.
 MAX_CONTAINER_MEMORY_MIB = 64 << 20
+#: The smallest memory limit accepted for a GPU container (4 GiB, in MiB). Each SGLang rank and its front end are
+#: Python processes that load PyTorch and the CUDA runtime, about a GiB of host memory each before any weight or KV
+#: pool (the sizing policy budgets 8 GiB a rank), so no server starts below it; a smaller figure is almost always
+#: GiB written where MiB is meant (440 for 440 GiB), which the plan would otherwise report only as a budget that
+#: its headroom overflows many times over.
+MIN_GPU_CONTAINER_MEMORY_MIB = 4096
 
 
 def memory_bytes(name: str, value: Any) -> int:
@@ -110,6 +116,12 @@ def container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
     memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 16, MAX_CONTAINER_MEMORY_MIB,
                              " (MiB: 65536 is 64 GiB; the most is 64 TiB, more than any PVE node has; a larger figure is "
                              "KiB or bytes)")
+    if memory_mib < MIN_GPU_CONTAINER_MEMORY_MIB:
+        raise DeployError(
+            "CT %d: pve_gpu_container_memory_mib=%d is %s, too little for a GPU container running SGLang (each rank is "
+            "a Python process with PyTorch and the CUDA runtime, about a GiB of host memory before any pool). "
+            "pve_gpu_container_memory_mib is MiB: %d GiB is %d. The least accepted is %d (4 GiB)."
+            % (vmid, memory_mib, fmt_gib(memory_mib * MIB_BYTES), memory_mib, memory_mib * 1024, MIN_GPU_CONTAINER_MEMORY_MIB))
     wanted = container.get("gpus") or []
     if not isinstance(wanted, (list, tuple)) or not wanted:
         raise DeployError("CT %d: pve_gpu_container_gpus must list the node's GPUs to pass through by device number "

@@ -129,3 +129,13 @@ def test_the_plan_says_how_much_headroom_the_policy_keeps_and_why():
     line = next(line for line in result["explain"] if line.startswith("Headroom the policy keeps"))
     assert "not a measured SGLang figure" in line and "verify" in line
     assert result["policy_headroom_bytes"] == result["reserve_bytes"] + result["overhead_bytes"]
+
+
+def test_headroom_above_the_whole_ram_is_said_in_words_not_as_a_percentage():
+    # 440 MiB (GiB meant) as the limit: the policy's headroom is many times the RAM; "19084%" read as a bug.
+    result = plan(sglang_version="0.5.21", mem_limit_bytes=440 * 2 ** 20)
+    line = next(line for line in result["explain"] if line.startswith("Headroom the policy keeps"))
+    assert "(more than all 0.43 GiB of RAM)" in line and "%" not in line.split(" for the OS reserve")[0]
+    normal = plan(sglang_version="0.5.21")
+    line = next(line for line in normal["explain"] if line.startswith("Headroom the policy keeps"))
+    assert "% of " in line and "more than all" not in line

@@ -551,6 +551,22 @@ def test_calculate_inventory_host_against_its_declared_limit():
     assert gate["per_rank_gb"] == out["plan"]["per_rank_gb"]
 
 
+def test_a_memory_limit_written_in_gib_is_refused_with_the_mib_figure():
+    # 440 meant as GiB: refused naming the unit and the figure meant, by the calculator and the node gate alike.
+    for call in (lambda spec: d.calculate({}, None, lab_request(), spec, "ct129"),
+                 lambda spec: d.container_spec(spec)):
+        with pytest.raises(d.DeployError) as err:
+            call(dict(LAB_SPEC, memory_mib=440))
+        msg = str(err.value)
+        assert msg.startswith("CT 129: pve_gpu_container_memory_mib=440 is 0.43 GiB, too little for a GPU container")
+        assert "pve_gpu_container_memory_mib is MiB: 440 GiB is 450560." in msg
+        assert "Headroom" not in msg
+    # The least accepted passes this check (then the plan judges it against its policy).
+    assert d.container_spec(dict(LAB_SPEC, memory_mib=4096))[1] == 4096
+    with pytest.raises(d.DeployError, match="memory_mib=4095 is 4.00 GiB"):
+        d.container_spec(dict(LAB_SPEC, memory_mib=4095))
+
+
 def test_calculate_inventory_host_checks_like_the_gate():
     with pytest.raises(d.DeployError, match=r"tp 4 x pp 1 over 1 node\(s\) puts 4 scheduler rank\(s\) .* but 2 GPU\(s\)"):
         d.calculate({}, None, lab_request(tp_size=4), LAB_SPEC, "ct129")
