@@ -41,7 +41,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_depl
     require_gpu_memory,
 )
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import SHOWN, DeployError, setting_int
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import clip, fmt_gib, is_blank
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import clip, fmt_gb, fmt_gib, is_blank
 
 OTHERS_COUNT = ("limit", "measured")
 
@@ -253,23 +253,34 @@ def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], c
     return {"node_plan": result, "notes": notes}
 
 
+#: The node table's units, said on its header line.
+UNITS = "(GiB = 2^30 bytes, GB = 10^9 bytes)"
+#: One row of the node table: guest, limit, host KV pools pinned, overheads, commits.
+_ROW = "%-32s %12s %42s %12s %12s"
+
+
+def _pinned_cell(r: Mapping[str, Any]) -> str:
+    """The pools of one container with each unit named: the per-rank size in SGLang's decimal GB (--hicache-size),
+    then what all ranks pin in GB and in GiB, so that 8 x 43 GB beside 320.4 GiB cannot be misread."""
+    return "%d ranks x %d GB -> %s = %s" % (r["ranks"], r["per_rank_gb"], fmt_gb(r["pinned_bytes"]), fmt_gib(r["pinned_bytes"]))
+
+
 def table(result: Mapping[str, Any]) -> List[str]:
     """The node's committed memory, one line per guest: who commits what (GiB, and SGLang's decimal GB per rank)."""
-    lines = ["%-32s %12s %22s %12s %12s" % ("guest", "limit", "pinned (per rank)", "overheads", "commits")]
+    lines = [_ROW % ("guest", "limit", "host KV pools pinned", "overheads", "commits") + "  " + UNITS]
     for r in result["containers"]:
-        lines.append("%-32s %12s %22s %12s %12s" % (
-            "CT %d %s" % (r["vmid"], r["host"]), fmt_gib(r["limit_bytes"]),
-            "%s (%d x %d GB)" % (fmt_gib(r["pinned_bytes"]), r["ranks"], r["per_rank_gb"]),
+        lines.append(_ROW % (
+            "CT %d %s" % (r["vmid"], r["host"]), fmt_gib(r["limit_bytes"]), _pinned_cell(r),
             fmt_gib(r["overhead_bytes"]), fmt_gib(r["committed_bytes"]))
             + ("  running: what it holds now" if r.get("counted_in_use") else ""))
     for o in result["others"]:
         row = (o["label"][:32], fmt_gib(o["limit_bytes"]), o["basis"], "", fmt_gib(o["counted_bytes"]))
-        lines.append("%-32s %12s %22s %12s %12s" % row)
-    lines.append("%-32s %12s %22s %12s %12s" % ("the node's own reserve", "", "", "", fmt_gib(result["node_reserve_bytes"])))
+        lines.append(_ROW % row)
+    lines.append(_ROW % ("the node's own reserve", "", "", "", fmt_gib(result["node_reserve_bytes"])))
     verdict = "fits" if result["committed_bytes"] <= result["mem_total_bytes"] else "OVER by %s" % fmt_gib(
         result["committed_bytes"] - result["mem_total_bytes"])
-    lines.append("%-32s %12s %22s %12s %12s" % ("node %s RAM %s" % (result["node"], fmt_gib(result["mem_total_bytes"])),
-                                                "", "", "", fmt_gib(result["committed_bytes"])) + "  " + verdict)
+    lines.append(_ROW % ("node %s RAM %s" % (result["node"], fmt_gib(result["mem_total_bytes"])),
+                         "", "", "", fmt_gib(result["committed_bytes"])) + "  " + verdict)
     return lines
 
 

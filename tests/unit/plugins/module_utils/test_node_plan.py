@@ -67,6 +67,14 @@ def test_the_second_container_is_planned_against_what_the_first_leaves():
     assert [line.split()[0:2] for line in both["table"][1:3]] == [["CT", "129"], ["CT", "130"]]
 
 
+def test_the_table_names_each_unit_of_the_pools():
+    # 4 x 85 GB beside 316.7 GiB read as arithmetic that does not add up: each unit is named, and both totals shown.
+    lines = plan([ct("ct129", 129, [0, 1, 2, 3], 400)])["table"]
+    assert lines[0].startswith("guest") and lines[0].endswith("(GiB = 2^30 bytes, GB = 10^9 bytes)")
+    row = next(line for line in lines if line.startswith("CT 129"))
+    assert "4 ranks x 85 GB -> 340.0 GB = 316.7 GiB" in row
+
+
 def overflow(version):
     # 128 GiB node, two 60 GiB containers pinning 2 x 10 GB each: each fits, and so does what MemAvailable leaves the
     # second; a stopped 48 GiB guest counted by its limit puts the node over.
