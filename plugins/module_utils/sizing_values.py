@@ -186,7 +186,7 @@ def memory_bytes(key: str, value: Any) -> int:
     if result < MIN_PLAUSIBLE_MEMORY_BYTES:
         if result <= 16384:
             hint = "a GiB or GB figure"
-            guess = "%d GiB (%d bytes) or %d GB" % (result, result * GIB_BYTES, result * GB_BYTES)
+            guess = "%d GiB (%d bytes) or %d GB (%d bytes)" % (result, result * GIB_BYTES, result, result * GB_BYTES)
         else:
             hint = "a MiB figure (like ansible_memtotal_mb)"
             guess = "%d MiB (%d bytes)" % (result, result * MIB_BYTES)

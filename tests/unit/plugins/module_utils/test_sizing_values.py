@@ -59,8 +59,11 @@ def test_as_float_and_percent():
 
 def test_memory_and_policy_bytes_refuse_figures_in_another_unit():
     assert v.memory_bytes("mem_total_bytes", 449 * GIB) == 449 * GIB
-    with pytest.raises(v.PlanError, match="a GiB or GB figure"):
+    with pytest.raises(v.PlanError, match="a GiB or GB figure") as err:
         v.memory_bytes("mem_total_bytes", 449)
+    # Each figure meant is given in its unit and in bytes, never a byte count labelled GB.
+    assert "if you meant 449 GiB (482110078976 bytes) or 449 GB (449000000000 bytes), pass" in str(err.value)
+    assert "449000000000 GB" not in str(err.value)
     with pytest.raises(v.PlanError, match="a MiB figure"):
         v.memory_bytes("mem_total_bytes", 459776)
     with pytest.raises(v.PlanError, match="more than 1 PiB"):
