@@ -12,7 +12,6 @@ from __future__ import annotations
 from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
-from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
     node_plan,
@@ -23,6 +22,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
     sglang_request,
     supply_chain,
 )
+from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.inventory_vars import inventory_names
 
 _STAGES = ("request", "node", "launch", "verify", "calculate", "installer")
 
@@ -58,7 +58,7 @@ class ActionModule(ActionBase):
             # __<playbook>_*). The inventory cannot outrank set_fact, but such a name set there for the host is a
             # misunderstanding worth stopping, at every stage (set_fact, register and the playbooks' own vars are not
             # the inventory, so the values the run computes are never taken for it).
-            sglang_extra_vars.refuse_injected(self._inventory_names(task_vars.get("inventory_hostname")),
+            sglang_extra_vars.refuse_injected(inventory_names(self, task_vars.get("inventory_hostname")),
                                               "the inventory of %s" % task_vars.get("inventory_hostname"))
             if stage == "request":
                 result["request"] = sglang_request.request(args.get("settings") or {})
@@ -115,21 +115,3 @@ class ActionModule(ActionBase):
                                                     self._loader.load_from_file))
         except playbook_inputs.InputsError as exc:
             raise sglang_request.DeployError(str(exc)) from exc
-
-    def _inventory_names(self, host_name):
-        """The variable names the inventory gives ``host_name``: the inventory sources' host and group vars, and the
-        host_vars/ and group_vars/ next to the inventory or the playbook (vars plugins), as Ansible's variable manager
-        reads them; not set_fact, register, play or role vars."""
-        manager = self._task.get_variable_manager()
-        inventory = getattr(manager, "_inventory", None)
-        host = inventory.get_host(host_name) if inventory is not None and host_name else None
-        if host is None:
-            return []
-        entities = list(host.get_groups()) + [host]
-        names = set(host.get_vars())
-        for group in host.get_groups():
-            names.update(group.get_vars())
-        names.update(get_vars_from_inventory_sources(self._loader, getattr(inventory, "_sources", None) or [], entities, "task"))
-        for path in dict.fromkeys([self._loader.get_basedir()] + list(self._task.get_search_path())):
-            names.update(get_vars_from_path(self._loader, path, entities, "task"))
-        return sorted(names)

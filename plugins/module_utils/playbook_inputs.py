@@ -317,3 +317,141 @@ def markdown(load: Loader, root: str = COLLECTION_ROOT) -> str:
             lines.append("  - From %s: %s." % (source, ", ".join("`%s`" % n for n in sorted(by_source[source]))))
     lines.append("- Every playbook: AWX's job variables (`awx_*`, `tower_*`).")
     return "\n".join(lines) + "\n"
+
+
+# --- The inventory's names -------------------------------------------------------------------------------------------
+# Extra variables are checked against each playbook's allow-list above. A name in the inventory (host_vars,
+# group_vars, the inventory files) cannot outrank what the playbooks compute, but a misspelt one is silently ignored:
+# sglang_server_hicache_request_gb: 300 would plan the size the plan picks. So the first play of each entry playbook
+# reports every inventory variable of the hosts it concerns that is in the collection's namespace and that nothing
+# documents, with the closest documented name.
+
+#: The inventory switch: ``refuse`` (default) or ``warn``, per host (set it in group_vars/all for a whole site).
+UNKNOWN_SWITCH = "inferops_unknown_variables"
+UNKNOWN_MODES = ("refuse", "warn")
+#: The prefixes the collection owns in an inventory: the roles' and the playbooks' own (plan_*, recover_*), and the
+#: collection's switches (inferops_*). A name that starts with a misspelling of one (sglang_sever_) is ours too.
+INVENTORY_PREFIXES = ROLE_PREFIXES + ("plan_", "recover_", "inferops_")
+#: Variables read from the inventory outside the roles' argument_specs (name: what reads it).
+INVENTORY_INPUTS: Dict[str, str] = {
+    "proxmox_node_ssh_host_keys": "the node's pinned SSH host keys (playbooks/tasks/pin_node_host_keys.yml)",
+    UNKNOWN_SWITCH: "refuse (default) or warn: what an unknown inventory variable of the collection's namespace gets",
+}
+
+
+def edit_distance(a: str, b: str, limit: int = 3) -> int:
+    """Levenshtein distance between ``a`` and ``b``, with adjacent transpositions counted once; any distance above
+    ``limit`` is returned as ``limit + 1``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: List[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return min(prev[-1], limit + 1)
+
+
+def _prefix_slack(prefix: str) -> int:
+    """How many edits a prefix may be off and still be taken for it: 2 for the long ones, 1 for plan_ and the like."""
+    return 2 if len(prefix) >= 10 else 1
+
+
+def in_namespace(name: str) -> bool:
+    """True when ``name`` is in the collection's namespace: it starts with one of :data:`INVENTORY_PREFIXES`, or its
+    leading words (up to an ``_``) are a near miss of one (``sglang_sever_version``, ``pve_gpu_contaner_gpus``)."""
+    if name.startswith(INVENTORY_PREFIXES):
+        return True
+    for i, char in enumerate(name):
+        if char == "_" and i > 0:
+            head = name[: i + 1]
+            if any(edit_distance(head, p, _prefix_slack(p)) <= _prefix_slack(p) for p in INVENTORY_PREFIXES):
+                return True
+    return False
+
+
+def inventory_documented(load: Loader, root: str = COLLECTION_ROOT) -> Dict[str, str]:
+    """Every name an inventory may set for the collection (name: where it is documented): every option of every
+    entry point of its roles, the inventory variables their defaults read (``proxmox_vmid``), and
+    :data:`INVENTORY_INPUTS`."""
+    names: Dict[str, str] = {}
+    for role in sorted(os.listdir(os.path.join(root, "roles"))):
+        path = os.path.join(root, "roles", role, "meta", "argument_specs.yml")
+        if os.path.isfile(path):
+            for entry in (load(path) or {}).get("argument_specs") or {}:
+                for name, source in role_options(role, entry, load, root).items():
+                    names.setdefault(name, source)
+    names.update(INVENTORY_INPUTS)
+    return names
+
+
+def _closest(name: str, documented: Iterable[str]) -> Optional[str]:
+    """The documented name closest to ``name``: the fewest edits, else difflib's best match."""
+    documented = sorted(documented)
+    best = min(documented, key=lambda d: (edit_distance(name, d, 3), d), default=None)
+    if best is not None and edit_distance(name, best, 3) <= 3:
+        return best
+    close = difflib.get_close_matches(name, documented, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def unknown_inventory_names(names: Iterable[Any], documented: Mapping[str, str]) -> List[Tuple[str, str]]:
+    """The inventory names among ``names`` that nothing documents, each with what to say about it: the closest
+    documented name, or that it is a playbook's extra variable (given with -e, not read from the inventory).
+
+    A name is judged when it is public (no leading ``_``: private names have their own check, and the rest of an
+    inventory is the site's own) and either in the collection's namespace (:func:`in_namespace`) or within two edits
+    of a documented name outside it (``proxmox_vmdi`` for ``proxmox_vmid``)."""
+    others = [d for d in documented if not d.startswith(INVENTORY_PREFIXES)]
+    extra_inputs = {n: p for p in ENTRY_PLAYBOOKS for n in PLAYBOOK_INPUTS[p]}
+    out: List[Tuple[str, str]] = []
+    for name in names:
+        if not isinstance(name, str) or name.startswith("_") or name in documented:
+            continue
+        near_other = len(name) >= 8 and any(edit_distance(name, d, 2) <= 2 for d in others)
+        if not (in_namespace(name) or near_other):
+            continue
+        if name in extra_inputs:
+            hint = "an extra variable of %s: give it with -e, the inventory's value is not read" % extra_inputs[name]
+        else:
+            close = _closest(name[:200], documented)
+            hint = "did you mean %s?" % close if close else "no documented name is close"
+        out.append((name, hint))
+    return out
+
+
+def unknown_mode(value: Any, host: str) -> str:
+    """The switch's value for ``host``: refuse when not set; an unknown value is refused (never taken for warn)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "refuse"
+    text = str(value).strip().lower()
+    if text not in UNKNOWN_MODES:
+        raise InputsError("%s=%s (inventory of %s) must be refuse or warn. Nothing has been run."
+                          % (UNKNOWN_SWITCH, clip_name(value), clip_name(host)))
+    return text
+
+
+def inventory_message(found: Mapping[str, List[Tuple[str, str]]], refused: bool) -> str:
+    """The text for the unknown inventory names ``found`` (host: [(name, hint)]), refused or warned about."""
+    parts = []
+    for host in found:
+        items = found[host]
+        shown = "; ".join("%s (%s)" % (clip_name(n), h) for n, h in items[:10])
+        more = " and %d more" % (len(items) - 10) if len(items) > 10 else ""
+        parts.append("%s: %s%s" % (clip_name(host), shown, more))
+    names = sum(len(v) for v in found.values())
+    head = ("refused before any task runs: the inventory gives " if refused else "the inventory gives ")
+    text = (head + "variable%s in the namespace of %s that no role or playbook of it documents, so %s would be "
+            "ignored: %s. The documented names are the roles' meta/argument_specs.yml options (docs/safety.md, "
+            "\"Inventory variables\"). Correct the name in host_vars, group_vars or the inventory file, or remove it."
+            % ("" if names == 1 else "s", COLLECTION, "its value" if names == 1 else "their values", " | ".join(parts)))
+    if refused:
+        return text + (" To be warned instead of refused, set %s: warn for the host (e.g. in group_vars/all). "
+                       "Nothing has been run." % UNKNOWN_SWITCH)
+    return text + " (%s: warn)" % UNKNOWN_SWITCH

@@ -20,12 +20,24 @@ description:
     itself sets; AWX's job variables (C(awx_*), C(tower_*)) are accepted. docs/safety.md lists them.
   - The first task of each play of C(deploy.yml), C(recover.yml) and C(plan.yml); when C(recover.yml) imports
     C(deploy.yml), recover.yml's list applies.
+  - With O(inventory_hosts) (the first play of each entry playbook), it also reads the inventory variables of those
+    hosts (host_vars, group_vars, the inventory files; not the extra vars) and reports each one in the collection's
+    namespace that nothing documents (a role prefix such as C(sglang_server_), C(plan_), C(recover_), C(inferops_), a
+    misspelling of one such as C(sglang_sever_), or a name within two edits of a documented one) with the closest
+    documented name: refused, or only warned about where the host's C(inferops_unknown_variables) is C(warn).
 options:
   playbook:
     description: The entry playbook the task is in (its file name under C(playbooks/)).
     type: str
     required: true
     choices: [deploy.yml, plan.yml, recover.yml]
+  inventory_hosts:
+    description:
+      - The inventory hosts whose inventory variables are checked. Names not in the inventory are skipped. Not checked
+        when the entry playbook is another one (C(recover.yml) importing C(deploy.yml) checked them in its first play).
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -41,6 +53,12 @@ EXAMPLES = r"""
   inferops.gpu_inference.extra_vars_check:
     playbook: plan.yml
   run_once: true
+
+- name: Refuse extra variables deploy.yml does not document, and unknown inventory variables of its hosts
+  inferops.gpu_inference.extra_vars_check:
+    playbook: deploy.yml
+    inventory_hosts: "{{ ansible_play_hosts_all }}"
+  run_once: true
 """
 
 RETURN = r"""
@@ -50,6 +68,10 @@ accepted:
   returned: always
 checked:
   description: How many extra variables were given.
+  type: int
+  returned: always
+inventory_checked:
+  description: How many inventory variables of O(inventory_hosts) were read.
   type: int
   returned: always
 """

@@ -107,8 +107,13 @@ def test_every_play_starts_with_the_check():
             if "ansible.builtin.import_playbook" in play or "import_playbook" in play:
                 continue
             first = (play.get("pre_tasks") or play.get("tasks"))[0]
-            assert first["inferops.gpu_inference.extra_vars_check"] == {"playbook": playbook}, (playbook, play["name"])
+            args = dict(first["inferops.gpu_inference.extra_vars_check"])
+            inventory_hosts = args.pop("inventory_hosts", None)
+            assert args == {"playbook": playbook}, (playbook, play["name"])
             assert first["run_once"] is True and first["tags"] == ["always"]
+            # the inventory's names are checked in the first play, for the hosts of the whole run
+            assert (inventory_hosts is not None) == (play is load(os.path.join(ROOT, "playbooks", playbook))[0] or
+                                                     play["name"] == load(os.path.join(ROOT, "playbooks", playbook))[0]["name"]), play["name"]
 
 
 def test_safety_md_lists_the_same_names():
@@ -162,3 +167,107 @@ def test_role_default_is_the_documented_one_and_matches_the_role_defaults():
 def test_role_default_of_an_undocumented_option_is_refused():
     with pytest.raises(pi.InputsError, match="documents no default for pve_gpu_container_no_such"):
         pi.role_default("pve_gpu_container", "main", "pve_gpu_container_no_such", load)
+
+
+# --- The inventory's names ---------------------------------------------------------------------------------------------
+
+DOCUMENTED = pi.inventory_documented(load)
+
+
+def test_edit_distance_counts_insertions_deletions_substitutions_and_swaps():
+    assert pi.edit_distance("sglang_sever_", "sglang_server_") == 1
+    assert pi.edit_distance("proxmox_vmdi", "proxmox_vmid") == 1  # one swap
+    assert pi.edit_distance("abc", "abc") == 0
+    assert pi.edit_distance("kitten", "sitting") == 3
+    assert pi.edit_distance("a" * 20, "b" * 20, limit=2) == 3  # anything past the limit is limit + 1
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("sglang_server_hicache_request_gb", "did you mean sglang_server_hicache_requested_gb?"),
+    ("sglang_sever_version", "did you mean sglang_server_version?"),
+    ("sglangserver_tp_size", "did you mean sglang_server_tp_size?"),
+    ("pve_gpu_contaner_gpus", "did you mean pve_gpu_container_gpus?"),
+    ("gpu_recovr_allow_reboot", "did you mean gpu_recover_allow_reboot?"),
+    ("proxmox_vmdi", "did you mean proxmox_vmid?"),
+    ("proxmox_nod", "did you mean proxmox_node?"),
+    ("inferops_unknown_variable", "did you mean inferops_unknown_variables?"),
+    ("plan_requested_gb", "an extra variable of plan.yml: give it with -e"),
+    ("recover_allow_reboot", "an extra variable of recover.yml: give it with -e"),
+])
+def test_an_unknown_name_of_the_namespace_is_reported_with_the_closest_documented_name(name, expected):
+    found = pi.unknown_inventory_names([name], DOCUMENTED)
+    assert len(found) == 1 and found[0][0] == name
+    assert found[0][1].startswith(expected), found
+
+
+@pytest.mark.parametrize("name", [
+    # documented: the roles' options, what their defaults read, the playbooks' inventory inputs
+    "sglang_server_version", "sglang_server_hicache_requested_gb", "pve_gpu_container_gpus", "gpu_recover_samples",
+    "proxmox_vmid", "proxmox_node", "proxmox_api_host", "proxmox_node_ssh_host_keys", "inferops_unknown_variables",
+    # private (their own check refuses the computed ones), Ansible's, and the site's own names
+    "__sglang_server_request", "_anything", "ansible_host", "ansible_python_interpreter", "proxmox_bridge",
+    "proxmox_bridge_gateway", "proxmox_api_url", "vault_sglang_api_key", "ntp_servers", "site_name", "sglang",
+])
+def test_documented_private_and_foreign_names_are_left_alone(name):
+    assert pi.unknown_inventory_names([name], DOCUMENTED) == []
+
+
+def test_the_repositorys_inventories_carry_no_unknown_name():
+    names = set()
+    for folder in ("example", "lab", "lab-multinode"):
+        base = os.path.join(ROOT, "inventories", folder)
+        names.update(_inventory_vars(load(os.path.join(base, "hosts.yml"))["all"]))
+        for sub in ("group_vars", "host_vars"):
+            for dirpath, _dirs, files in os.walk(os.path.join(base, sub), followlinks=True):
+                for fname in files:
+                    if fname.endswith((".yml", ".example")):
+                        names.update(load(os.path.join(dirpath, fname)) or {})
+    assert {"sglang_server_version", "proxmox_vmid", "proxmox_api_host", "ansible_connection"} <= names  # all read
+    assert pi.unknown_inventory_names(sorted(names), DOCUMENTED) == []
+
+
+def _inventory_vars(group):
+    """The variable names of a YAML inventory group: its vars, its hosts' vars, its children's."""
+    yield from (group.get("vars") or {})
+    for host_vars in (group.get("hosts") or {}).values():
+        yield from (host_vars or {})
+    for child in (group.get("children") or {}).values():
+        yield from _inventory_vars(child or {})
+
+
+def test_the_switch_is_refuse_by_default_warn_on_request_and_nothing_else():
+    assert pi.unknown_mode(None, "ct129") == "refuse"
+    assert pi.unknown_mode("", "ct129") == "refuse"
+    assert pi.unknown_mode("refuse", "ct129") == "refuse"
+    assert pi.unknown_mode(" Warn ", "ct129") == "warn"
+    with pytest.raises(pi.InputsError) as exc:
+        pi.unknown_mode("ignore", "ct129")
+    assert "inferops_unknown_variables=ignore (inventory of ct129) must be refuse or warn" in str(exc.value)
+
+
+def test_the_message_names_the_host_the_name_the_suggestion_and_the_switch():
+    found = {"ct129": pi.unknown_inventory_names(["sglang_server_hicache_request_gb", "sglang_sever_version"], DOCUMENTED)}
+    refused = pi.inventory_message(found, refused=True)
+    assert refused.startswith("refused before any task runs: the inventory gives variables")
+    assert ("ct129: sglang_server_hicache_request_gb (did you mean sglang_server_hicache_requested_gb?); "
+            "sglang_sever_version (did you mean sglang_server_version?)") in refused
+    assert "set inferops_unknown_variables: warn" in refused and refused.endswith("Nothing has been run.")
+    warned = pi.inventory_message(found, refused=False)
+    assert not warned.startswith("refused") and "Nothing has been run" not in warned
+    assert "(inferops_unknown_variables: warn)" in warned
+
+
+def test_many_unknown_names_are_summed_up_and_clipped():
+    names = ["sglang_server_x%02d" % i for i in range(12)] + ["sglang_server_" + "y" * 300]
+    found = pi.unknown_inventory_names(names, DOCUMENTED)
+    assert len(found) == 13
+    text = pi.inventory_message({"ct129": found}, refused=True)
+    assert "and 3 more" in text and "y" * 100 not in text
+
+
+def test_every_documented_option_is_an_inventory_name():
+    for role in ("sglang_server", "pve_gpu_container", "gpu_recover"):
+        specs = load(os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml"))["argument_specs"]
+        for entry in specs.values():
+            for option in entry.get("options") or {}:
+                assert option in DOCUMENTED, option
