@@ -14,6 +14,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
+    node_facts,
     node_plan,
     playbook_inputs,
     safe_text,
@@ -63,10 +64,15 @@ class ActionModule(ActionBase):
             if stage == "request":
                 result["request"] = sglang_request.request(args.get("settings") or {})
             elif stage == "node":
+                # The node's hardware as its inventory declares it, against what was read on it: a difference refused.
+                checked = node_facts.check_live(node_facts.declared(args.get("node_declared") or {}, str(args.get("node_name") or "the node")),
+                                                args["node"].get("gpus") or [], args["node"].get("mem_total_bytes"),
+                                                str(args.get("node_name") or "the node"))
                 result["node_plan"] = node_plan.plan_node(args["requests"], args["containers"], args["node"],
                                                           args.get("guests") or [], self._node_reserve_bytes(args),
                                                           str(args.get("others_count") or "limit"), str(args.get("node_name") or "the node"),
                                                           str(args.get("owner_tag") or ""))
+                result["node_plan"]["declared_checked"] = checked
                 if result["node_plan"]["notes"]:
                     result["warnings"] = list(result["node_plan"]["notes"])
             elif stage == "launch":
@@ -81,13 +87,17 @@ class ActionModule(ActionBase):
             elif stage == "installer":
                 supply_chain.check_installer(str(args["expected_sha256"]), args.get("sha256"), str(args["path"]))
             elif stage == "calculate" and args.get("containers") is not None:
-                result["calculation"] = node_plan.calculate_node(args.get("plan_input"), args.get("requests") or {},
+                plan_input, merged = self._with_node_facts(args, args["containers"])
+                result["calculation"] = node_plan.calculate_node(plan_input, args.get("requests") or {},
                                                                  args["containers"], str(args.get("node_name") or ""),
                                                                  self._node_reserve_bytes(args), args.get("requested_gb"))
+                result["calculation"]["notes"] = merged + result["calculation"]["notes"]
             elif stage == "calculate":
-                result["calculation"] = sglang_deploy.calculate(args.get("plan_input"), args.get("requested_gb"),
+                plan_input, merged = self._with_node_facts(args, [args["container"]] if args.get("container") else [])
+                result["calculation"] = sglang_deploy.calculate(plan_input, args.get("requested_gb"),
                                                                 args.get("request"), args.get("container"),
                                                                 str(args.get("host") or ""))
+                result["calculation"]["notes"] = merged + result["calculation"]["notes"]
             else:
                 result["verify"] = sglang_deploy.verify(args["launch"], args.get("running"), args["measure"],
                                                         int(args.get("node_rank", 0)), float(args.get("tolerance", 0.10)))
@@ -104,6 +114,16 @@ class ActionModule(ActionBase):
             result["failed"] = True
             result["msg"] = "sglang_deploy_plan (%s): malformed input from the role: %s: %s" % (stage, type(exc).__name__, exc)
         return result
+
+    def _with_node_facts(self, args, containers):
+        """plan_input merged over the node's hardware its inventory declares (node_declared, given for an inventory
+        host's node), and the notes saying where each fact came from."""
+        node = str(args.get("node_host") or "")
+        if not node or not args.get("node_declared"):
+            return args.get("plan_input"), []
+        facts = node_facts.declared(args["node_declared"], node)
+        node_facts.check_gpus_declared(facts, containers, node)
+        return node_facts.merge_plan_input(args.get("plan_input"), facts, node)
 
     def _node_reserve_bytes(self, args):
         """The node's reserve as given, else the pve_gpu_container role's documented default (plan.yml reads a node's

@@ -80,6 +80,16 @@ options:
   container:
     description: (calculate) The container's declared spec; (launch) the container's own facts.
     type: dict
+  node_host:
+    description: (calculate) The inventory host of the planned node (O(container)'s node, or the node of plan_node), whose
+      O(node_declared) hardware is taken as the node's facts, each overridden by a key of O(plan_input).
+    type: str
+  node_declared:
+    description: (node, calculate) The node's hardware its inventory declares (C(pve_gpu_container_node_gpu_model),
+      C(pve_gpu_container_node_gpu_memory_mib), C(pve_gpu_container_node_gpu_count),
+      C(pve_gpu_container_node_mem_total_bytes); null is not declared). Calculate merges it under O(plan_input); node
+      refuses a node whose facts read live differ.
+    type: dict
   node_reserve_bytes:
     description: (node, calculate) RAM the node keeps for itself on top of the container limits and committed memory.
       Not given, the documented default of the pve_gpu_container role's C(pve_gpu_container_node_reserve_bytes).
@@ -153,8 +163,8 @@ request:
   returned: stage is request
 node_plan:
   description: (node) The node's plan; C(gates) (host -> the container's plan on the node), C(table) (who commits what
-    of the node's RAM), C(containers), C(others), C(committed_bytes), C(mem_total_bytes). When it does not fit, the task
-    fails with the table (in RV(msg_lines)).
+    of the node's RAM), C(containers), C(others), C(committed_bytes), C(mem_total_bytes), C(declared_checked) (what of
+    O(node_declared) matched the node). When it does not fit, the task fails with the table (in RV(msg_lines)).
   type: dict
   returned: stage is node
 launch:
