@@ -45,15 +45,15 @@ def declared(values: Mapping[str, Any], node: str) -> Dict[str, Any]:
         value = values.get(name)
         if is_blank(value):
             continue
-        where = " (inventory of node %s)" % clip(node, SHOWN)
+        where = " (inventory of node %s)" % node[:SHOWN]
         if key == "gpu_model":
             if not isinstance(value, str):
                 raise DeployError("%s must be the GPU's model as nvidia-smi names it (e.g. \"NVIDIA H200\"), got %s%s"
                                   % (name, clip(value, SHOWN), where))
             out[key] = value.strip()
         elif key == "gpu_memory_mib":
-            out[key] = setting_int(name, value, 1024, 4 << 20, " MiB per GPU%s: nvidia-smi --query-gpu=memory.total "
-                                   "--format=csv,noheader,nounits on the node gives it" % where)
+            out[key] = setting_int(name, value, 1024, 4 << 20, " (MiB per GPU, inventory of node %s: nvidia-smi "
+                                   "--query-gpu=memory.total --format=csv,noheader,nounits on the node gives it)" % node[:SHOWN])
         elif key == "gpu_count":
             out[key] = setting_int(name, value, 1, 64, where)
         else:
@@ -125,7 +125,7 @@ def check_live(facts: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]], mem_
         names = sorted({str(g.get("name") or "") for g in gpus})
         if any(facts["gpu_model"].lower() not in n.lower() for n in names):
             problems.append("pve_gpu_container_node_gpu_model=%s, and nvidia-smi names the GPUs %s"
-                            % (clip(facts["gpu_model"], SHOWN), ", ".join(names)))
+                            % (facts["gpu_model"][:SHOWN], ", ".join(names)))
         else:
             matched.append(", ".join(names))
     if "mem_total_bytes" in facts and mem_total_bytes:
