@@ -231,8 +231,10 @@ def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], c
         raise DeployError("with plan_node, plan_input may give only the node's facts (%s); %s come from the containers' "
                           "variables" % (", ".join(CALCULATOR_FACT_KEYS), ", ".join(other)))
     if "mem_total_bytes" not in given:
-        raise DeployError("plan_node=%s needs the node's RAM: -e '{\"plan_input\": {\"mem_total_bytes\": N}}' (bytes: "
-                          "free -b on the node, the Mem: total; add mem_available_bytes for its MemAvailable)"
+        raise DeployError("plan_node=%s needs the node's RAM: declare it once on the node's host in the inventory, "
+                          "pve_gpu_container_node_mem_total_bytes: N (bytes: free -b on the node, the Mem: total; "
+                          "docs/deploy.md, \"The node in the inventory\"), or give it for this run, "
+                          "-e '{\"plan_input\": {\"mem_total_bytes\": N}}' (add mem_available_bytes for its MemAvailable)"
                           % node_name[:SHOWN])
     total = memory_bytes("plan_input.mem_total_bytes", given["mem_total_bytes"])
     available = memory_bytes("plan_input.mem_available_bytes", given.get("mem_available_bytes", total))

@@ -507,9 +507,10 @@ def require_gpu_memory(req: Mapping[str, Any]) -> None:
     if asserts and "device_pool_tokens_per_rank" not in req["plan_base"]:
         raise DeployError(
             "SGLang %s checks at start-up that the host pool holds more tokens than the device pool, which depends on "
-            "the GPUs' memory: give it, e.g. -e '{\"plan_input\": {\"gpu_memory_mib\": 97887}}' (nvidia-smi "
-            "--query-gpu=memory.total --format=csv,noheader,nounits on the node), or device_pool_tokens_per_rank in "
-            "sglang_server_plan_extra" % req["version"])
+            "the GPUs' memory: declare it on the node's host in the inventory, pve_gpu_container_node_gpu_memory_mib: 97887 "
+            "(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits on the node; docs/deploy.md, \"The node "
+            "in the inventory\"), or give it for this run, -e '{\"plan_input\": {\"gpu_memory_mib\": 97887}}', or "
+            "device_pool_tokens_per_rank in sglang_server_plan_extra" % req["version"])
 
 
 def calculate(plan_input: Any, requested_gb: Any = None, req: Optional[Mapping[str, Any]] = None,
