@@ -24,7 +24,7 @@ description:
     hosts (host_vars, group_vars, the inventory files; not the extra vars) and reports each one in the collection's
     namespace that nothing documents (a role prefix such as C(sglang_server_), C(plan_), C(recover_), C(inferops_), a
     misspelling of one such as C(sglang_sever_), or a name within two edits of a documented one) with the closest
-    documented name: refused, or only warned about where the host's C(inferops_unknown_variables) is C(warn).
+    documented name; refused, or only warned about where the host's C(inferops_unknown_variables) is C(warn).
 options:
   playbook:
     description: The entry playbook the task is in (its file name under C(playbooks/)).
