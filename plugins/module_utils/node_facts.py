@@ -133,7 +133,7 @@ def check_live(facts: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]], mem_
         if abs(declared_total - live_total) > MEM_TOLERANCE * live_total:
             problems.append("pve_gpu_container_node_mem_total_bytes=%d (%s), and the node's MemTotal is %d bytes (%s), "
                             "more than %d%% apart" % (declared_total, fmt_gib(declared_total), live_total,
-                                                       fmt_gib(live_total), int(MEM_TOLERANCE * 100)))
+                                                      fmt_gib(live_total), int(MEM_TOLERANCE * 100)))
         else:
             matched.append("RAM %s" % fmt_gib(live_total))
     if problems:

@@ -4,6 +4,8 @@
 list, which ansible-core's default callback prints one per line (a string's line breaks it prints as \\n)."""
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, safe_text, sglang_deploy
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError
 
@@ -27,12 +29,9 @@ def test_a_real_refusal_keeps_its_arithmetic_once():
         "sglang_version": "0.5.9", "tp_size": 8, "model_preset": "kimi-k2", "device_pool_tokens_per_rank": 116000,
         "requested_gb": 300})
     assert not plan["fits"]
-    try:
+    with pytest.raises(DeployError) as raised:
         sglang_deploy._refuse_plan("Refused: the HiCache plan does not fit this container; nothing was changed.", plan)
-    except DeployError as exc:
-        got = safe_text.failure_result(str(exc))
-    else:
-        raise AssertionError("_refuse_plan did not raise")
+    got = safe_text.failure_result(str(raised.value))
     assert got["msg"].startswith("Refused: the HiCache plan does not fit this container")
     assert got["msg_lines"] == list(plan["explain"]) + [""] + list(plan["picture"])
     shown = [got["msg"]] + got["msg_lines"]

@@ -53,7 +53,7 @@ def test_plan_input_merges_over_the_declared_facts_key_by_key_and_the_notes_say_
 
 def test_a_blank_plan_input_key_takes_the_declared_value_and_nothing_declared_changes_nothing():
     facts = nf.declared(PVE1, "pve1")
-    merged, _ = nf.merge_plan_input({"gpu_memory_mib": ""}, facts, "pve1")
+    merged, _notes = nf.merge_plan_input({"gpu_memory_mib": ""}, facts, "pve1")
     assert merged["gpu_memory_mib"] == 97887
     assert nf.merge_plan_input({"gpu_memory_mib": 97000}, {}, "pve1") == ({"gpu_memory_mib": 97000}, [])
     assert nf.merge_plan_input(None, {}, "pve1") == ({}, [])

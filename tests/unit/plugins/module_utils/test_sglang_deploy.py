@@ -554,7 +554,7 @@ def test_calculate_inventory_host_against_its_declared_limit():
 def test_a_memory_limit_written_in_gib_is_refused_with_the_mib_figure():
     # 440 meant as GiB: refused naming the unit and the figure meant, by the calculator and the node gate alike.
     for call in (lambda spec: d.calculate({}, None, lab_request(), spec, "ct129"),
-                 lambda spec: d.container_spec(spec)):
+                 d.container_spec):
         with pytest.raises(d.DeployError) as err:
             call(dict(LAB_SPEC, memory_mib=440))
         msg = str(err.value)
