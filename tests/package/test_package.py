@@ -474,7 +474,8 @@ def test_operator_plan_for_a_node(operator):
     shown = printed_list(out, "Show the node's plan")
     assert shown[0].startswith("Planned offline for node pve1 from the inventory: 1 container(s)")
     table = shown[shown.index("") + 1:]
-    assert table[0].split() == ["guest", "limit", "pinned", "(per", "rank)", "overheads", "commits"]
+    assert table[0].split()[:7] == ["guest", "limit", "host", "KV", "pools", "pinned", "overheads"]
+    assert "(GiB = 2^30 bytes, GB = 10^9 bytes)" in table[0]
     assert table[1].startswith("CT 129 ct129 ") and table[-1].startswith("node pve1 RAM ") and table[-1].endswith("fits")
 
 
