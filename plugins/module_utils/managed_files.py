@@ -312,7 +312,13 @@ def run():
                 todo.append(d)
                 d = os.path.dirname(d)
             for d in reversed(todo):
-                os.mkdir(d, req["directory_mode"])
+                try:
+                    os.mkdir(d, req["directory_mode"])
+                except FileExistsError:
+                    # Made meanwhile by a run beside this one (two hosts' reports delegated to one controller).
+                    if not os.path.isdir(d):
+                        raise
+                    continue
                 os.chown(d, uid, gid)
                 os.chmod(d, req["directory_mode"])
                 made.append(d)

@@ -235,6 +235,28 @@ def test_an_owner_of_none_is_left_as_made(src, tmp_path):
     assert not again["copy"] and not again["fix"]
 
 
+def test_a_parent_made_by_another_run_meanwhile_is_no_failure(tmp_path):
+    # Two containers' reports are written on one controller at once (deploy's verify, delegated to localhost): both
+    # runs make the same missing parents, and one found "reports" made between its check and its mkdir
+    # (FileExistsError: the CI preview's converge failed). Played exactly: the check is told "missing" once for a
+    # directory another run has just made.
+    (tmp_path / "reports").mkdir()
+    req = {"op": "mkdirs", "owner": None, "group": None, "directory_mode": 0o755,
+           "dirs": [str(tmp_path / "reports" / "ct129")]}
+    race = ("import os, sys\n_isdir, _lied = os.path.isdir, []\n"
+            "def isdir(p):\n"
+            "    if p == %r and not _lied:\n"
+            "        _lied.append(p)\n"
+            "        return False\n"
+            "    return _isdir(p)\n"
+            "os.path.isdir = isdir\n" % str(tmp_path / "reports"))
+    out = subprocess.run([sys.executable, "-c", race + mf.REMOTE_SCRIPT, json.dumps(req)], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["made"] == [str(tmp_path / "reports" / "ct129")]
+    assert (tmp_path / "reports" / "ct129").is_dir()
+
+
 def test_a_failure_on_the_target_is_one_line_not_a_traceback(tmp_path):
     (tmp_path / "ro").mkdir()
     os.chmod(tmp_path / "ro", 0o500)
