@@ -221,7 +221,8 @@ def test_the_node_read_live_counts_what_each_running_tenant_holds_pools_included
     assert world() == before
     out = " ".join(result.stdout.split())
     assert re.findall(r"changed=(\d+)", out) and set(re.findall(r"changed=(\d+)", out)) == {"0"}, out[-3000:]
-    rows = dict(re.findall(r"CT (\d+) ct\d+ +[\d.]+ GiB +[\d.]+ GiB \(\d+ x \d+ GB\) +[\d.]+ GiB +([\d.]+) GiB running: what it holds now", out))
+    rows = dict(re.findall(r"CT (\d+) ct\d+ +[\d.]+ GiB +\d+ ranks x \d+ GB -> [\d.]+ GB = [\d.]+ GiB +[\d.]+ GiB +([\d.]+) GiB "
+                           r"running: what it holds now", out))
     assert set(rows) == {"129", "132"}, out[-3000:]
     for vmid, commits_gib in rows.items():
         cg = cgroup_memory(vmid)
