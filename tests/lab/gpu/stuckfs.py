@@ -79,8 +79,11 @@ def dirent(ino, off, name, typ):
 
 
 def write_status(status):
-    with open(status["path"], "w") as f:
+    """Replace the status file in one rename: a reader never sees it empty or half written."""
+    tmp = status["path"] + ".tmp"
+    with open(tmp, "w") as f:
         json.dump({k: v for k, v in status.items() if k != "path"}, f)
+    os.replace(tmp, status["path"])
 
 
 def serve(fd, status, stall_after_open=False):
