@@ -305,12 +305,18 @@ def _fake_cgroup(tmp_path, max_bytes, current):
     return str(root)
 
 
-def test_cgroup_bound_and_auto_size_0521(run, tmp_path):
+def test_cgroup_bound_and_auto_size_0521(run, driver, tmp_path):
     cg = _fake_cgroup(tmp_path, 12 * GIB, 1 * GIB)  # headroom 11 GiB -> 1 GiB after the reserve
     env = {"SGLANG_STANDIN_CGROUP_ROOT": cg}
     s = run("0.5.21", "--tp", "2", "--enable-hierarchical-cache", "--hicache-size", "1", env=env)
     assert s.wait(60) != 0
     assert re.search(r"Requesting 1\.00 GB but only have %.2f GB free" % (GIB // 2 / 1e9), s.output()), s.output()
+    # The refused server's ranks hold GPU memory until the driver reaps them (a rank may outlive the launcher by a
+    # moment): the next server starts on free GPUs, as the fixture's teardown waits between tests.
+    deadline = time.time() + 30
+    while driver.allocs() and time.time() < deadline:
+        time.sleep(0.2)
+    assert not driver.allocs(), driver.allocs()
     # auto-size: neither size nor ratio -> ratio 2.0 reduced until the pools fit 0.8 x the budget
     s = run("0.5.21", "--tp", "2", "--enable-hierarchical-cache", "--max-total-tokens", "200000", env=env)
     s.wait_healthy()
