@@ -112,6 +112,15 @@ def cgroup_mounts(root: str = "/") -> dict[str, str]:
     return mounts
 
 
+def cgroup2_options(root: str = "/") -> set[str]:
+    """The super options of the node's cgroup v2 mount (/proc/self/mountinfo), e.g. nsdelegate, memory_recursiveprot,
+    memory_localevents; empty without one."""
+    for m in parse_mountinfo(read_text(join_root(root, "/proc/self/mountinfo"))):
+        if m["fstype"] == "cgroup2":
+            return set(m["super_options"].split(","))
+    return set()
+
+
 def container_cgroup_dir(init_cgroup: Mapping[str, str], vmid: int, controller: str) -> Optional[str]:
     """The container's top cgroup path (``/lxc/<vmid>`` on PVE, ``/lxc.payload.<vmid>`` on plain LXC) in one
     hierarchy, cut from the init's cgroup path (so no layout is hard-coded)."""
@@ -141,18 +150,25 @@ def held_bytes(usage: Optional[int], stat_text: Optional[str], version: int) -> 
     return max(0, usage - lru_file)
 
 
-def oom_kills_under(cgroup_dir: str, events_file: str, version: int) -> Optional[int]:
+def oom_kills_under(cgroup_dir: str, events_file: str, version: int, local_events: bool = False) -> Optional[int]:
     """OOM kills of a container's processes, wherever in its cgroup tree they ran. v2: ``memory.events``'
     ``oom_kill``, hierarchical already (``memory.events.local`` is the local one: Documentation/admin-guide/
-    cgroup-v2.rst). v1: ``memory.oom_control``'s ``oom_kill`` counts only kills in that memcg (seen on the lab's
-    hybrid host: a kill in ``/lxc/129/ns/<child>`` left ``/lxc/129``'s counter at 0), so the counters of the
-    container's cgroup and every cgroup below it are added up. None when the container's own counter is unreadable."""
+    cgroup-v2.rst), so a kill in a cgroup since removed still counts. v1: ``memory.oom_control``'s ``oom_kill`` counts
+    only kills in that memcg (seen on the lab's hybrid host: a kill in ``/lxc/129/ns/<child>`` left ``/lxc/129``'s
+    counter at 0), so the counters of the container's cgroup and every cgroup below it are added up. The same for v2
+    when the hierarchy is mounted with ``memory_localevents`` (``local_events``): ``memory.events`` then counts only
+    the cgroup's own events (seen on a real kernel: a kill in ``ns/system.slice/<unit>`` left ``/lxc/<vmid>``'s
+    counter as it was), so ``memory.events.local`` of every cgroup of the container is added up; a kill in a cgroup
+    since removed is then lost, as on v1. None when the container's own counter is unreadable."""
+    if version == 2 and local_events:
+        events_file = "memory.events.local"
+
     def one(d: str) -> Optional[int]:
         m = re.search(r"^oom_kill (\d+)", read_text(d + "/" + events_file) or "", re.M)
         return int(m.group(1)) if m else None
 
     total = one(cgroup_dir)
-    if total is None or version == 2:
+    if total is None or (version == 2 and not local_events):
         return total
     for parent, dirs, _files in os.walk(cgroup_dir):
         for name in dirs:
@@ -189,6 +205,7 @@ def container_memory(vmid: int, init_pid: Optional[int], root: str = "/") -> dic
         usage = num(read_text(d + "/" + usage_file))
         result.update(cgroup_version=version, path=path, memory_limit_bytes=num(read_text(d + "/" + limit_file)),
                       memory_usage_bytes=usage, memory_held_bytes=held_bytes(usage, read_text(d + "/memory.stat"), version),
-                      oom_kills=oom_kills_under(d, events_file, version))
+                      oom_kills=oom_kills_under(d, events_file, version,
+                                                local_events=version == 2 and "memory_localevents" in cgroup2_options(root)))
         break
     return result

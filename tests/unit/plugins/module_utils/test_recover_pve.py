@@ -94,6 +94,32 @@ def test_container_memory_v2(tmp_path):
     assert pve.container_memory(129, 2001, root)["memory_limit_bytes"] is None
 
 
+def test_container_memory_v2_with_memory_localevents_adds_up_the_containers_cgroups(tmp_path):
+    # A node whose cgroup2 is mounted with memory_localevents: memory.events then counts only the cgroup's own
+    # events (seen on a real kernel, tests/v2kernel: an OOM kill in ns/system.slice/<unit> left lxc/<vmid>'s counter
+    # as it was), so memory.events.local of every cgroup of the container is added up; a cgroup without the memory
+    # controller (a tenant's own ns/lxc) has none and counts nothing.
+    root = str(tmp_path)
+    v2_container(tmp_path, 2001, 129, {"memory.max": "15032385536\n", "memory.current": "2147483648\n",
+                                       "memory.events": "low 0\nhigh 0\nmax 3\noom 3\noom_kill 1\noom_group_kill 0\n",
+                                       "memory.events.local": "low 0\nhigh 0\nmax 3\noom 3\noom_kill 0\noom_group_kill 0\n"})
+    for sub, kills in (("ns", 0), ("ns/system.slice", 0), ("ns/system.slice/sglang.service", 2),
+                       ("ns/init.scope", 1), ("ns/lxc", None)):
+        d = tmp_path / "sys/fs/cgroup/lxc/129" / sub
+        d.mkdir(parents=True, exist_ok=True)
+        if kills is not None:
+            (d / "memory.events.local").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill %d\noom_group_kill 0\n" % kills)
+    fake_proc(tmp_path, "self", {"mountinfo": (
+        "26 25 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate,memory_localevents,memory_recursiveprot\n")})
+    assert pve.cgroup2_options(root) == {"rw", "nsdelegate", "memory_localevents", "memory_recursiveprot"}
+    assert pve.container_memory(129, 2001, root)["oom_kills"] == 3
+    # the default mount (systemd's on PVE 9): memory.events is hierarchical, the container's own counter is the count
+    fake_proc(tmp_path, "self", {"mountinfo": (
+        "26 25 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n")})
+    assert pve.container_memory(129, 2001, root)["oom_kills"] == 1
+    assert pve.oom_kills_under(str(tmp_path / "sys/fs/cgroup/lxc/129"), "memory.events", 2, local_events=True) == 3
+
+
 def test_cgroup_mounts_hybrid(tmp_path):
     fake_proc(tmp_path, "self", {"mountinfo": (
         "26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n"
