@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """The collection's own code against a real cgroup v2 kernel (runs inside the VM that tests/v2kernel/vmctl boots).
 
-As root, with cgroup2 mounted at /sys/fs/cgroup by the VM's init (the only hierarchy: cgroup_no_v1=all), it lays out
-a container as Proxmox VE 9 does (pve-container src/PVE/LXC.pm: lxc.cgroup.dir.container = lxc/<vmid> with
-lxc.cgroup.dir.container.inner = ns, lxc.cgroup.dir.monitor = lxc.monitor/<vmid>, lxc.cgroup2.memory.max and
-memory.high on lxc/<vmid>, Config.pm calculate_memory_constraints): a monitor process in lxc.monitor/<vmid>, the
-container's init in its own PID, mount and cgroup namespaces rooted at lxc/<vmid>/ns, which moves itself into
-init.scope and makes system.slice/sglang.service as systemd does; processes attached as lxc-attach (pct exec) does,
-into ns/.lxc. Then it runs plugins/module_utils (recover_pve, recover_procs, recover_signals, recover_kernel,
-gpu_facts) against it and checks each answer against what the kernel shows: cgroup.procs, memory.max, memory.current,
-memory.stat, memory.events(.local), /dev/kmsg and the process table. Never the code's report about itself.
+As root, with cgroup2 mounted at /sys/fs/cgroup by the VM's init (the only hierarchy: cgroup_no_v1=all), it starts a
+container with LXC (the node's lxc 5.0, run from its /usr) configured with the cgroup keys pve-container writes on
+PVE 9 (src/PVE/LXC.pm update_lxc_config: lxc.cgroup.dir.container = lxc/<vmid>, .inner = ns,
+lxc.cgroup.dir.monitor = lxc.monitor/<vmid>, lxc.cgroup2.memory.max and memory.high from Config.pm
+calculate_memory_constraints), whose init (ct-init below) moves itself into init.scope and makes
+system.slice/sglang.service as systemd does; commands run through lxc-attach, as pct exec runs them. Then it runs
+plugins/module_utils (recover_pve, recover_procs, recover_signals, recover_kernel, gpu_facts) and the role's
+sglang_memory.py against it and checks each answer against what the kernel shows: cgroup.procs, memory.max,
+memory.current, memory.stat, memory.events(.local), /dev/kmsg and the process table. Never the code's report about
+itself.
 
 Each check is one JSON line in <out>/results.jsonl; the exit status is 1 when any failed.
 """
@@ -29,6 +30,7 @@ GUEST = os.path.realpath(__file__)
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(GUEST)))
 COLL = "/tmp/v2kernel-collections"
 CG = "/sys/fs/cgroup"
+ATTACH_LOG = "/tmp/lxc-attach.log"
 VMID = 129
 MIB = 1 << 20
 # The container's memory setting as PVE takes it (MiB) and what pve-container writes for it (Config.pm
@@ -118,16 +120,12 @@ def wait_for(predicate, timeout_s: float = 60.0) -> bool:
 
 
 def role_ct_init() -> None:
-    """PID 1 of the container (started by `unshare --cgroup --pid --mount --fork` from lxc/<vmid>/ns, so its cgroup
-    namespace is rooted there, as LXC's is): mounts its own cgroup2 view, moves itself into init.scope, and, once
-    the monitor has left ns (told on stdin), enables the controllers below it and makes system.slice/sglang.service,
-    as a container's systemd does. Then it reaps orphans until its stdin closes."""
+    """PID 1 of the container (LXC's lxc.init.cmd; LXC starts it in lxc/<vmid>/ns, its cgroup namespace rooted
+    there): moves itself into init.scope, and, once told on stdin, enables
+    the controllers below it and makes system.slice/sglang.service, as a container's systemd does. Then it reaps
+    orphans until its stdin closes."""
     host_pid, ns_pid = host_and_ns_pid()
-    # its own view of the hierarchy, as LXC mounts it for the container: the node's mount (copied into this mount
-    # namespace) taken away first
-    subprocess.run(["umount", "-l", CG], check=True)
-    subprocess.run(["mount", "-t", "cgroup2", "cgroup2", CG], check=True)
-    subprocess.run(["mount", "-t", "proc", "proc", "/proc"], check=True)  # its own PID namespace's /proc
+    # /sys/fs/cgroup is LXC's mount of the container's own view (lxc.mount.auto cgroup:mixed, as PVE's common.conf)
     own = read("/proc/self/cgroup").strip()
     os.mkdir(cg("init.scope"))
     write(cg("init.scope", "cgroup.procs"), "0")
@@ -217,7 +215,23 @@ def role_facts() -> None:
     sys.stdin.read()  # alive (and charged) until the host has read lxc/<vmid>/ns from its side
 
 
-ROLES = {"ct-init": role_ct_init, "hold": lambda a, b: role_hold(int(a), int(b)),
+def role_in_cgroup(rel: str, own_group: str, _token: str, *rest: str) -> None:
+    """Run by lxc-attach inside the container: move into ``/sys/fs/cgroup/<rel>`` of the container's own view (made
+    when missing, as systemd or a tenant makes its cgroups), into a new process group when ``own_group`` is 1, then
+    ``role <name> args`` of this file or exec ``rest``. ``_token`` marks the command line for the node's side."""
+    if rel != "-":
+        os.makedirs(cg(rel), exist_ok=True)
+        write(cg(rel, "cgroup.procs"), "0")
+    if own_group == "1":
+        os.setpgid(0, 0)
+    if rest[0] == "role":
+        ROLES[rest[1]](*rest[2:])
+        sys.exit(0)
+    sys.stdout.flush()
+    os.execv(rest[0], list(rest))
+
+
+ROLES = {"ct-init": role_ct_init, "in-cgroup": role_in_cgroup, "hold": lambda a, b: role_hold(int(a), int(b)),
          "read-cache": lambda path, n: role_read_cache(path, int(n)),
          "alloc": lambda n: role_alloc(int(n)), "group": lambda n: role_group(int(n)), "facts": role_facts,
          "sleep": signal.pause}
@@ -243,82 +257,143 @@ class Checks:
 
 
 class Container:
-    """The container's processes as the orchestrator starts them."""
+    """CT 129, made by LXC itself (the node's lxc 5.0, shared from its /usr) with the cgroup keys pve-container writes
+    on PVE 9 (src/PVE/LXC.pm update_lxc_config), and its processes as the checks start them."""
 
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
         self.monitor: subprocess.Popen | None = None
         self.init_pid = self.init_ns_pid = 0
         self.init_own_view = ""
+        self.serial = 0
 
     def start(self) -> None:
-        for d in (cg("lxc"), ct(), ct("ns"), cg("lxc.monitor"), cg("lxc.monitor", str(VMID))):
-            os.mkdir(d)
-        write(cg("cgroup.subtree_control"), "+memory +pids")
-        write(cg("lxc", "cgroup.subtree_control"), "+memory +pids")
-        write(ct("cgroup.subtree_control"), "+memory +pids")
-        # pve-container LXC.pm: lxc.cgroup2.memory.max / memory.high / memory.swap.max, on lxc/<vmid>
-        write(ct("memory.max"), str(MEMORY_MAX))
-        write(ct("memory.high"), str(MEMORY_HIGH))
-        write(ct("memory.swap.max"), "0")
-        self.monitor = subprocess.Popen(
-            ["unshare", "--cgroup", "--pid", "--mount", "--fork", "--propagation", "private",
-             sys.executable, GUEST, "ct-init"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            preexec_fn=lambda: write(ct("ns", "cgroup.procs"), "0"))
+        write(cg("cgroup.subtree_control"), "+memory +pids")  # as systemd enables them on the node
+        rootfs = "/tmp/ct%d-rootfs" % VMID  # the node's /usr and /etc and the checkout, read-only
+        for d in ("usr", "etc", "proc", "sys", "dev", "tmp", "root", CHECKOUT.lstrip("/")):
+            os.makedirs(os.path.join(rootfs, d), exist_ok=True)
+        for link in ("bin", "sbin", "lib", "lib64"):
+            os.symlink("usr/" + link, os.path.join(rootfs, link))
+        os.makedirs("/var/lib/lxc/%d" % VMID)
+        os.makedirs("/run/lxc", exist_ok=True)
+        write("/var/lib/lxc/%d/config" % VMID, "\n".join([
+            "lxc.uts.name = CT%d" % VMID,
+            "lxc.rootfs.path = dir:" + rootfs,
+            "lxc.mount.entry = /usr usr none bind,ro 0 0",
+            "lxc.mount.entry = /etc etc none bind,ro 0 0",
+            "lxc.mount.entry = %s %s none bind,ro 0 0" % (CHECKOUT, CHECKOUT.lstrip("/")),
+            "lxc.mount.entry = tmpfs tmp tmpfs defaults 0 0",
+            "lxc.mount.entry = tmpfs dev/shm tmpfs defaults,create=dir 0 0",
+            "lxc.mount.auto = proc:mixed sys:mixed cgroup:mixed",
+            "lxc.autodev = 1",
+            "lxc.net.0.type = empty",
+            "lxc.apparmor.profile = unconfined",
+            "lxc.tty.max = 0",
+            "lxc.console.path = none",
+            # pve-container src/PVE/LXC.pm update_lxc_config, as written for a PVE 9 node:
+            "lxc.cgroup.relative = 0",
+            "lxc.cgroup.dir.monitor = lxc.monitor/%d" % VMID,
+            "lxc.cgroup.dir.container = lxc/%d" % VMID,
+            "lxc.cgroup.dir.container.inner = ns",
+            "lxc.monitor.unshare = 1",
+            "lxc.cgroup2.memory.max = %d" % MEMORY_MAX,
+            "lxc.cgroup2.memory.high = %d" % MEMORY_HIGH,
+            "lxc.cgroup2.memory.swap.max = 0",
+            "lxc.init.cmd = %s %s ct-init" % (sys.executable, GUEST),
+            "lxc.environment = PYTHONDONTWRITEBYTECODE=1",
+            "lxc.log.file = /tmp/lxc-%d.log" % VMID, "lxc.log.level = WARN", ""]))
+        # `lxc-start -F` stays as the monitor (PVE's pve-container@.service runs it with -F); the init's stdin and
+        # stdout are its own (no console), the handshake below
+        self.monitor = subprocess.Popen(["lxc-start", "-n", str(VMID), "-F"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
         ready = self.monitor.stdout.readline().split()
         if not ready or ready[0] != "ready":
-            raise RuntimeError("the container's init did not start: %r" % ready)
-        self.init_pid, self.init_ns_pid, self.init_own_view = int(ready[1]), int(ready[2]), ready[3]
-        # LXC's monitor stays in lxc.monitor/<vmid>, outside the container's cgroup (LXC.pm: lxc.cgroup.dir.monitor)
-        write(cg("lxc.monitor", str(VMID), "cgroup.procs"), str(self.monitor.pid))
+            raise RuntimeError("the container's init did not start: %r; LXC's log: %s" % (
+                ready, _tail("/tmp/lxc-%d.log" % VMID)))
+        self.init_ns_pid, self.init_own_view = int(ready[2]), ready[3]
         self.monitor.stdin.write("go\n")
         self.monitor.stdin.flush()
         if self.monitor.stdout.readline().strip() != "up":
             raise RuntimeError("the container's init did not make its cgroups")
-        os.mkdir(ct("ns", ".lxc"))  # where lxc-attach (pct exec) puts what it runs when ns has children
+        info = subprocess.run(["lxc-info", "-n", str(VMID), "-p", "-H"], capture_output=True, text=True, check=True)
+        self.init_pid = int(info.stdout.strip())
 
-    def run(self, rel_cgroup: str, *args: str, new_group: bool = True, where: str = "ct",
-            stdin: int = subprocess.DEVNULL, argv: tuple[str, ...] = ()) -> subprocess.Popen:
-        """Start ``guest.py <args>`` in the container's cgroup ``ns/<rel_cgroup>`` and namespaces (nsenter forks
-        into its PID namespace; both nsenter and the role are in that cgroup), or on the host (``where="host"``)."""
-        target = ct("ns", rel_cgroup, "cgroup.procs") if where == "ct" else cg(rel_cgroup, "cgroup.procs")
-
-        def place():
-            write(target, "0")
-            if new_group:
-                os.setpgid(0, 0)
-        cmd = list(argv) if argv else [sys.executable, GUEST] + list(args)
-        if where == "ct":
-            cmd = ["nsenter", "-t", str(self.init_pid), "--pid", "--mount", "--cgroup", "--"] + cmd
-        p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, text=True, preexec_fn=place)
+    def run(self, rel_cgroup: str, *args: str, own_group: bool = False, stdin: int = subprocess.DEVNULL,
+            argv: tuple[str, ...] = (), pgid: int | None = None) -> tuple[subprocess.Popen, str]:
+        """``lxc-attach -n <vmid> -- guest.py in-cgroup <rel> ...`` (what `pct exec` runs): the command, moved into
+        ``ns/<rel_cgroup>`` from inside the container when ``rel_cgroup`` is set (as systemd places a service),
+        in its own process group when ``own_group``; ``lxc-attach`` itself stays on the host, in process group
+        ``pgid`` when given (else its own). Returns the lxc-attach process and a token in the command's argv."""
+        self.serial += 1
+        token = "v2kernel-%d" % self.serial
+        cmd = list(argv) if argv else ["role"] + list(args)
+        cmd = ["lxc-attach", "-n", str(VMID), "--", sys.executable, GUEST, "in-cgroup", rel_cgroup or "-",
+               "1" if own_group else "0", token] + cmd
+        # no terminal on any of its fds, as over pct exec's SSH channel (else lxc-attach allocates a pty)
+        with open(ATTACH_LOG, "a") as log:
+            p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=log, text=True,
+                                 preexec_fn=lambda: os.setpgid(0, pgid or 0))
         self.procs.append(p)
-        return p
+        return p, token
 
     def stop(self) -> None:
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        while True:  # what the checks killed and left to us (a group's members are our children's children)
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
         if self.monitor is not None:
-            self.monitor.stdin.close()
+            self.monitor.stdin.close()  # the init returns: LXC stops the container, every process in it
             try:
-                self.monitor.wait(timeout=10)
+                self.monitor.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                print("the container's init did not end when told: %s; killed" % state_of(self.init_pid), flush=True)
-                os.kill(self.init_pid, signal.SIGKILL)  # ends its PID namespace, every process in it
-                self.monitor.wait(timeout=10)
+                subprocess.run(["lxc-stop", "-n", str(VMID), "-k"], check=False)
+                self.monitor.wait(timeout=30)
+
+
+def in_container(token: str) -> int:
+    found: list[int] = []
+    if not wait_for(lambda: bool(found.extend(_carriers(token)) or found)):
+        raise RuntimeError("no process in the container carries %s" % token)
+    return found[0]
+
+
+def in_container_all(token: str) -> list[int]:
+    found = _carriers(token)
+    if not found:
+        raise RuntimeError("no process in the container carries %s" % token)
+    return found
+
+
+def _carriers(token: str) -> list[int]:
+    """The host PIDs of the processes in the container whose argv carries ``token`` (a command and what it forked;
+    lxc-attach's own argv carries it too, on the host: told apart by the cgroup the kernel lists each in)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = open("/proc/%s/cmdline" % name, "rb").read().split(b"\0")
+            where = read("/proc/%s/cgroup" % name)
+        except OSError:
+            continue
+        if (token.encode() in argv and where.startswith("0::/lxc/%d/" % VMID)
+                and state_of(int(name)) not in ("Z", "X")):
+            found.append(int(name))
+    return sorted(found)
+
+
+def _tail(path: str) -> str:
+    try:
+        return read(path)[-1500:]
+    except OSError:
+        return "(none)"
 
 
 def ready_line(p: subprocess.Popen) -> list[str]:
     line = p.stdout.readline().split()
     if not line or line[0] != "ready":
-        raise RuntimeError("a helper process did not start: %r (exit %s)" % (line, p.poll()))
+        raise RuntimeError("a helper process did not start: %r (exit %s); lxc-attach's stderr: %s" % (
+            line, p.poll(), _tail(ATTACH_LOG)))
     return line[1:]
 
 
@@ -363,21 +438,35 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
             and init in procs_of(ct("ns", "init.scope")),
             "host view %r, its own view %r, NSpid ...%d" % (init_cg, box.init_own_view, box.init_ns_pid))
 
+    monitor_pid = box.monitor.pid
+    c.check("LXC placed its monitor in lxc.monitor/%d and wrote memory.max and memory.high on lxc/%d from the "
+            "lxc.cgroup2.* keys pve-container writes" % (VMID, VMID),
+            procs_of(cg("lxc.monitor", str(VMID))) == {monitor_pid} and not procs_of(ct())
+            and int(read(ct("memory.max"))) == MEMORY_MAX and int(read(ct("memory.high"))) == MEMORY_HIGH,
+            "lxc.monitor/%d: %s; memory.max %s, memory.high %s" % (
+                VMID, sorted(procs_of(cg("lxc.monitor", str(VMID)))), read(ct("memory.max")).strip(),
+                read(ct("memory.high")).strip()))
+
     # ---- processes of the container, the monitor, the host, a tenant's own nested cgroups
-    sglang = box.run("system.slice/sglang.service", "hold", str(SHM_BYTES), str(ANON_BYTES))
+    sglang, tok = box.run("system.slice/sglang.service", "hold", str(SHM_BYTES), str(ANON_BYTES))
     ready_line(sglang)
-    holder_pid = _children(sglang.pid)[0]  # nsenter's child, in the container's PID namespace
-    other = box.run("system.slice/other.service", "sleep")
-    for d in ("lxc", "lxc/130", "lxc.payload.131"):  # a tenant's own cgroups, named like other containers'
-        os.mkdir(ct("ns", d))
-    tenant130 = box.run("lxc/130", "sleep")
-    tenant131 = box.run("lxc.payload.131", "sleep")
-    host_sleeper = box.run("", "sleep", where="host")
-    attach = box.run(".lxc", "sleep")  # pct exec's command, as lxc-attach places it
-    started = ("system.slice/other.service", "lxc/130", "lxc.payload.131", ".lxc")
-    # nsenter's child (the process in the container's PID namespace) beside nsenter in each of those cgroups
-    if not wait_for(lambda: all(len(procs_of(ct("ns", d))) == 2 for d in started)):
-        raise RuntimeError("the container's processes did not start: %r" % {d: procs_of(ct("ns", d)) for d in started})
+    holder_pid = in_container(tok)
+    _other, tok = box.run("system.slice/other.service", "sleep")
+    other_pid = in_container(tok)
+    # a tenant's own cgroups, made inside the container and named like other containers'
+    _tenant130, tok = box.run("lxc/130", "sleep")
+    tenant130_pid = in_container(tok)
+    _tenant131, tok = box.run("lxc.payload.131", "sleep")
+    tenant131_pid = in_container(tok)
+    host_sleeper = subprocess.Popen([sys.executable, GUEST, "sleep"], stdin=subprocess.DEVNULL)
+    box.procs.append(host_sleeper)
+    attach, tok = box.run("", "sleep")  # pct exec's command, where lxc-attach places it
+    attach_pid = in_container(tok)
+    attach_cg = read("/proc/%d/cgroup" % attach_pid).strip()
+    c.check("lxc-attach (pct exec) runs its command below lxc/%d/ns; lxc-attach itself stays on the host" % VMID,
+            attach_cg.startswith("0::/lxc/%d/ns/" % VMID) and attach_pid in procs_of(CG + attach_cg[3:])
+            and attach.pid in procs_of(CG),
+            "the command in %s, lxc-attach in %s" % (attach_cg, read("/proc/%d/cgroup" % attach.pid).strip()))
 
     wrong = []
     for parent, _dirs, _files in os.walk(CG):
@@ -397,9 +486,9 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
     kernel = {p for p in procs_under(ct()) if alive(p)}
     c.check("scan_processes finds exactly the processes the kernel lists under lxc/%d" % VMID, scanned == kernel,
             "scan %s, kernel %s" % (sorted(scanned), sorted(kernel)))
-    monitor_cg = rp.parse_proc_cgroup(read("/proc/%d/cgroup" % box.monitor.pid))
+    monitor_cg = rp.parse_proc_cgroup(read("/proc/%d/cgroup" % monitor_pid))
     c.check("the monitor (lxc.monitor/%d) is not the container's: not attributed, not wholly in it" % VMID,
-            box.monitor.pid in procs_of(cg("lxc.monitor", str(VMID))) and rp.container_of_pid(box.monitor.pid) == "host"
+            monitor_pid in procs_of(cg("lxc.monitor", str(VMID))) and rp.container_of_pid(monitor_pid) == "host"
             and not rp.wholly_in_container(monitor_cg, VMID), repr(monitor_cg))
     sg_text = read("/proc/%d/cgroup" % holder_pid)
     c.check("in_unit finds sglang.service in the real /proc/PID/cgroup, not in init.scope's",
@@ -407,7 +496,7 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
             and holder_pid in procs_of(ct("ns", "system.slice", "sglang.service")), sg_text.strip())
 
     # ---- memory: limit, usage, held bytes with pinned shared memory and page cache
-    reader = box.run("system.slice/other.service", "read-cache", deb, str(CACHE_BYTES))
+    reader, _tok = box.run("system.slice/other.service", "read-cache", deb, str(CACHE_BYTES))
     read_bytes = int(ready_line(reader)[0])
     reader.wait()
     stat = keyed(read(ct("memory.stat")))
@@ -443,7 +532,7 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
             "held %d, usage %d..%d, file LRU %d (read %d)" % (held, lo, hi, lru_file, read_bytes))
     c.check("PVE's own `mem` (usage less memory.stat file) misses the pool that memory_held_bytes counts",
             held - pve_mem >= SHM_BYTES - 2 * MIB, "held %d, usage-file %d" % (held, pve_mem))
-    inside = box.run("system.slice/sglang.service", "facts", stdin=subprocess.PIPE)
+    inside, _tok = box.run("system.slice/sglang.service", "facts", stdin=subprocess.PIPE)
     facts = json.loads(inside.stdout.readline())
     ns_current = int(read(ct("ns", "memory.current")))
     inside.stdin.close()
@@ -464,12 +553,12 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
 
     tool = os.path.join(CHECKOUT, "roles", "sglang_server", "files", "sglang_memory.py")
     before_ns = int(read(ct("ns", "memory.current")))
-    measured = box.run(".lxc", argv=("/usr/bin/python3", tool, "measure", "--unit", "sglang.service"))
+    measured, _tok = box.run("", argv=("/usr/bin/python3", tool, "measure", "--unit", "sglang.service"))
     m = json.loads(measured.stdout.read())
     measured.wait()
     after_ns = int(read(ct("ns", "memory.current")))
     holder_ns_pid = int(re.search(r"^NSpid:.*\s(\d+)$", read("/proc/%d/status" % holder_pid), re.M).group(1))
-    c.check("the role's sglang_memory.py, run as pct exec runs it (ns/.lxc), finds the unit's process by its "
+    c.check("the role's sglang_memory.py, run as pct exec runs it, finds the unit's process by its "
             "cgroup, its pinned pool and private memory, and the container's usage (lxc/%d/ns memory.current)" % VMID,
             [p["pid"] for p in m["processes"]] == [holder_ns_pid] and m["unit_held_bytes"] >= SHM_BYTES + ANON_BYTES
             and m["processes"][0]["rss_shmem_bytes"] >= SHM_BYTES
@@ -480,91 +569,90 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
                 m["cgroup_memory_usage_bytes"], VMID, before_ns, after_ns))
 
     # ---- kill scope: a process group that straddles the container's cgroup (pct exec's caller on the host)
-    straddle = box.run("", "group", "0", where="host", new_group=True)  # host process, its own group leader
-    ready_line(straddle)
-    host_leader = straddle.pid
-    pgid = os.getpgid(host_leader)
-    # a command it runs through lxc-attach: same process group, in the container's .lxc cgroup and namespaces
-    member = subprocess.Popen(["nsenter", "-t", str(init), "--pid", "--mount", "--cgroup", "--", sys.executable, GUEST,
-                               "group", "1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
-                              preexec_fn=lambda: (os.setpgid(0, pgid), write(ct("ns", ".lxc", "cgroup.procs"), "0")))
-    box.procs.append(member)
+    leader = subprocess.Popen([sys.executable, GUEST, "sleep"], stdin=subprocess.DEVNULL,
+                              preexec_fn=lambda: os.setpgid(0, 0))  # pct exec's caller on the host, a group leader
+    box.procs.append(leader)
+    pgid = leader.pid
+    member, tok = box.run("", "group", "1", pgid=pgid)  # what it runs in the container: lxc-attach in its group
     ready_line(member)
-    in_ct = [p for p in group_now(pgid) if p != host_leader]
+    in_ct = [p for p in group_now(pgid) if read("/proc/%d/cgroup" % p).startswith("0::/lxc/%d/" % VMID)]
+    on_host = [p for p in group_now(pgid) if p not in in_ct]
+    c.check("a command lxc-attach runs without a terminal stays in the caller's process group: the group straddles "
+            "the container's cgroup (process table, /proc/PID/cgroup)", len(in_ct) == 2
+            and sorted(on_host) == sorted([pgid, member.pid]), "group %d: in the container %s, on the host %s" % (
+                pgid, in_ct, on_host))
     scan = rp.scan_processes(VMID)
     group_in_ct = [p for p in scan["container"] if p["pgid"] == pgid]
     plan = rsig.pids_to_signal(group_in_ct, scan["all"], VMID, init)
-    c.check("a process group with a member on the host is not planned as a group, its container members are "
+    c.check("a process group with members on the host is not planned as a group, its container members are "
             "planned one by one (pids_to_signal)", not plan["groups"]
-            and set(plan["pids"]) == {p["pid"] for p in group_in_ct} == set(in_ct) and len(in_ct) == 3
-            and host_leader not in plan["pids"], "group %d: plan %r" % (pgid, {k: plan[k] for k in ("groups", "pids")}))
+            and set(plan["pids"]) == {p["pid"] for p in group_in_ct} == set(in_ct),
+            "group %d: plan %r" % (pgid, {k: plan[k] for k in ("groups", "pids")}))
     sent = rsig.send_signal(plan, signal.SIGKILL)
-    gone = wait_for(lambda: not any(alive(p) for p in plan["pids"]), 10)
-    c.check("SIGKILL ends the container's members; the host's member of the same group lives (process table, "
-            "cgroup.procs)", gone and alive(host_leader) and host_leader in procs_of(CG)
-            and not procs_of(ct("ns", ".lxc")) - {attach.pid} - set(_children(attach.pid)),
-            "sent %r; host leader %s, .lxc now %s" % (sent, state_of(host_leader), sorted(procs_of(ct("ns", ".lxc")))))
+    gone = wait_for(lambda: not any(alive(p) for p in in_ct), 10)
+    member.wait()
+    c.check("SIGKILL ends the container's members; the host's members of the same group are not signalled: the "
+            "caller lives, lxc-attach exits by itself", gone and alive(pgid) and pgid in procs_of(CG)
+            and member.returncode != -signal.SIGKILL,
+            "sent %r; caller %s, lxc-attach exit %s" % (sent, state_of(pgid), member.returncode))
 
     # ---- kill scope: a group wholly in the container, and one whose member root moves out before the signal
-    launcher = box.run("system.slice/sglang.service", "group", "2")
+    launcher, tok = box.run("system.slice/sglang.service", "group", "2", own_group=True)
     ready_line(launcher)
-    lpgid = launcher.pid
-    role = _children(lpgid)[0]
-    members = [lpgid, role] + _children(role)  # nsenter, the launcher, its two workers
-    scan = rp.scan_processes(VMID)
-    targets = [p for p in scan["container"] if p["pid"] == members[1]]
-    plan = rsig.pids_to_signal(targets, scan["all"], VMID, init)
-    c.check("a process group wholly in the container is planned as the group", plan["groups"] == [lpgid]
-            and set(plan["members"][lpgid]) == {p["pid"] for p in scan["all"] if p["pgid"] == lpgid},
-            repr({k: plan[k] for k in ("groups", "members", "pids")}))
-    bystanders = [init, other.pid, tenant130.pid, tenant131.pid, holder_pid, host_sleeper.pid, box.monitor.pid]
-    sent = rsig.send_signal(plan, signal.SIGKILL)
-    ok = wait_for(lambda: not any(alive(p) for p in plan["members"][lpgid]), 10)
-    c.check("SIGKILL to the group ends every member; the init, the other services, the tenant's nested cgroups, "
-            "the monitor and the host live", ok and sent["groups"] == [lpgid] and all(alive(p) for p in bystanders)
-            and not procs_of(ct("ns", "system.slice", "sglang.service")) & set(plan["members"][lpgid]),
-            "sent %r; bystanders %s" % (sent, [state_of(p) for p in bystanders]))
-    launcher = box.run("system.slice/sglang.service", "group", "2")
-    ready_line(launcher)
-    lpgid = launcher.pid
-    role = _children(lpgid)[0]
-    members = [lpgid, role] + _children(role)  # nsenter, the launcher, its two workers
+    members = in_container_all(tok)  # the launcher (its group's leader) and its two workers
+    lpgid = members[0]
     scan = rp.scan_processes(VMID)
     plan = rsig.pids_to_signal([p for p in scan["container"] if p["pid"] == members[1]], scan["all"], VMID, init)
-    write(cg("lxc.monitor", str(VMID), "cgroup.procs"), str(members[2]))  # root moves one member out
+    c.check("a process group wholly in the container is planned as the group", plan["groups"] == [lpgid]
+            and set(plan["members"][lpgid]) == {p["pid"] for p in scan["all"] if p["pgid"] == lpgid} == set(members),
+            repr({k: plan[k] for k in ("groups", "members", "pids")}))
+    bystanders = [init, other_pid, tenant130_pid, tenant131_pid, holder_pid, attach_pid, host_sleeper.pid, monitor_pid]
     sent = rsig.send_signal(plan, signal.SIGKILL)
-    wait_for(lambda: not any(alive(members[i]) for i in (0, 1, 3)), 10)
+    ok = wait_for(lambda: not any(alive(p) for p in members), 10)
+    c.check("SIGKILL to the group ends every member; the init, the other services, the tenant's nested cgroups, "
+            "pct exec's command, the monitor and the host live", ok and sent["groups"] == [lpgid]
+            and all(alive(p) for p in bystanders)
+            and not procs_of(ct("ns", "system.slice", "sglang.service")) & set(members),
+            "sent %r; bystanders %s" % (sent, [state_of(p) for p in bystanders]))
+    launcher, tok = box.run("system.slice/sglang.service", "group", "2", own_group=True)
+    ready_line(launcher)
+    members = in_container_all(tok)
+    lpgid = members[0]
+    scan = rp.scan_processes(VMID)
+    plan = rsig.pids_to_signal([p for p in scan["container"] if p["pid"] == members[2]], scan["all"], VMID, init)
+    write(cg("lxc.monitor", str(VMID), "cgroup.procs"), str(members[1]))  # root moves one member out
+    sent = rsig.send_signal(plan, signal.SIGKILL)
+    wait_for(lambda: not any(alive(members[i]) for i in (0, 2)), 10)
     c.check("a member root moved out of the container after the plan is not signalled; the group is refused "
             "and its other planned members are killed one by one", plan["groups"] == [lpgid]
-            and alive(members[2]) and members[2] in procs_of(cg("lxc.monitor", str(VMID)))
-            and not any(alive(members[i]) for i in (0, 1, 3)) and not sent["groups"]
+            and alive(members[1]) and members[1] in procs_of(cg("lxc.monitor", str(VMID)))
+            and not any(alive(members[i]) for i in (0, 2)) and not sent["groups"]
             and any(r.get("pgid") == lpgid for r in sent["refused"]),
-            "sent %r; moved member %s" % (sent, state_of(members[2])))
-    if alive(members[2]):
-        os.kill(members[2], signal.SIGKILL)
+            "sent %r; moved member %s" % (sent, state_of(members[1])))
+    if alive(members[1]):
+        os.kill(members[1], signal.SIGKILL)
 
     # ---- a real OOM kill in the ns subtree, counted once
-    sglang.kill()
+    os.kill(holder_pid, signal.SIGKILL)
     sglang.wait()
-    os.unlink("/dev/shm/sgl_v2kernel_pool")
-    os.unlink("/dev/shm/sgl_v2kernel_pinned")
+    for name in ("sgl_v2kernel_pool", "sgl_v2kernel_pinned"):  # the container's /dev/shm, from the node
+        os.unlink("/proc/%d/root/dev/shm/%s" % (init, name))
     cursor = rk.read_kmsg()["cursor"]
     before = keyed(read(ct("memory.events")))["oom_kill"]
     code_before = rpve.container_memory(VMID, init)["oom_kills"]
-    os.mkdir(ct("ns", "system.slice", "oomtest.service"))
-    hog = box.run("system.slice/oomtest.service", "alloc", str(OOM_ALLOC_BYTES))
+    hog, tok = box.run("system.slice/oomtest.service", "alloc", str(OOM_ALLOC_BYTES))
     ready_line(hog)
-    hog_host_pid = _children(hog.pid)[0]
+    hog_host_pid = in_container(tok)
     rest = hog.stdout.read()
     hog.wait()
     events = keyed(read(ct("memory.events")))
     local_leaf = keyed(read(ct("ns", "system.slice", "oomtest.service", "memory.events.local")))
     local_top = keyed(read(ct("memory.events.local")))
     c.check("the kernel OOM-killed the allocator in lxc/%d/ns/system.slice/oomtest.service (memory.events)" % VMID,
-            "survived" not in rest and hog.returncode == -signal.SIGKILL and events["oom_kill"] == before + 1
+            "survived" not in rest and not alive(hog_host_pid) and events["oom_kill"] == before + 1
             and local_leaf["oom_kill"] == 1 and local_top["oom_kill"] == 0 and local_top["oom"] >= 1,
-            "exit %s; lxc/%d memory.events oom_kill %d -> %d, .local %r; oomtest.service .local %r" % (
-                hog.returncode, VMID, before, events["oom_kill"], local_top, local_leaf))
+            "PID %d %s; lxc/%d memory.events oom_kill %d -> %d, .local %r; oomtest.service .local %r" % (
+                hog_host_pid, state_of(hog_host_pid), VMID, before, events["oom_kill"], local_top, local_leaf))
     mem = rpve.container_memory(VMID, init)
     c.check("oom_kills counts it once (lxc/%d memory.events oom_kill, hierarchical)" % VMID,
             code_before == before and mem["oom_kills"] == events["oom_kill"] == before + 1,
@@ -590,22 +678,23 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
     try:
         top_before = keyed(read(ct("memory.events")))["oom_kill"]
         code_before = rpve.container_memory(VMID, init)["oom_kills"]
-        os.mkdir(ct("ns", "system.slice", "oomtest2.service"))
-        hog = box.run("system.slice/oomtest2.service", "alloc", str(OOM_ALLOC_BYTES))
+        hog, tok = box.run("system.slice/oomtest2.service", "alloc", str(OOM_ALLOC_BYTES))
         ready_line(hog)
-        hog.stdout.read()
+        hog_host_pid = in_container(tok)
+        rest = hog.stdout.read()
         hog.wait()
         local_sum = sum(keyed(read(os.path.join(d, "memory.events.local")))["oom_kill"] for d, _x, _y in os.walk(ct())
                         if os.path.exists(os.path.join(d, "memory.events.local")))  # not where memory is not enabled
         code_after = rpve.container_memory(VMID, init)["oom_kills"]
         c.check("with memory_localevents, a kill in ns/system.slice/oomtest2.service leaves lxc/%d's memory.events "
                 "as it was, and oom_kills still counts it once (memory.events.local of the container's cgroups)" % VMID,
-                hog.returncode == -signal.SIGKILL and keyed(read(ct("memory.events")))["oom_kill"] == top_before
+                "survived" not in rest and not alive(hog_host_pid)
+                and keyed(read(ct("memory.events")))["oom_kill"] == top_before
                 and keyed(read(ct("ns", "system.slice", "oomtest2.service", "memory.events.local")))["oom_kill"] == 1
                 and code_before is not None and code_after == code_before + 1 == local_sum,
-                "exit %s; lxc/%d memory.events oom_kill %d -> %d; code %r -> %r; sum of .local %d" % (
-                    hog.returncode, VMID, top_before, keyed(read(ct("memory.events")))["oom_kill"], code_before,
-                    code_after, local_sum))
+                "PID %d %s; lxc/%d memory.events oom_kill %d -> %d; code %r -> %r; sum of .local %d" % (
+                    hog_host_pid, state_of(hog_host_pid), VMID, top_before,
+                    keyed(read(ct("memory.events")))["oom_kill"], code_before, code_after, local_sum))
     finally:
         subprocess.run(["mount", "-o", "remount,nsdelegate,memory_recursiveprot", "cgroup2", CG], check=True)
 
@@ -622,13 +711,6 @@ def group_now(pgid: int) -> list[int]:
             if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 found.append(int(name))
     return sorted(found)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(x) for x in read("/proc/%d/task/%d/children" % (pid, pid)).split()]
-    except OSError:
-        return []
 
 
 if __name__ == "__main__":
