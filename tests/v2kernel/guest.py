@@ -635,6 +635,11 @@ def run_checks(c: Checks, box: Container, deb: str, rk, rp, rpve, rsig) -> None:
     # ---- a real OOM kill in the ns subtree, counted once
     os.kill(holder_pid, signal.SIGKILL)
     sglang.wait()
+    listed = sorted(os.listdir("/proc/%d/root/dev/shm" % init))
+    c.check("the pool the killed holder left in the container's /dev/shm is found from the node (through the "
+            "init's root, tmpfs all the way)", rp.shm_leftovers(init) == listed
+            == ["sgl_v2kernel_pinned", "sgl_v2kernel_pool"] and rp.shm_listing(init)[1] is None,
+            "code %r, the directory %r" % (rp.shm_listing(init), listed))
     for name in ("sgl_v2kernel_pool", "sgl_v2kernel_pinned"):  # the container's /dev/shm, from the node
         os.unlink("/proc/%d/root/dev/shm/%s" % (init, name))
     cursor = rk.read_kmsg()["cursor"]
