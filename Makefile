@@ -152,9 +152,9 @@ plan: setup-core
 
 # cgroup v2 on a real kernel (tests/v2kernel, docs/lab.md "cgroup v2 on a real kernel"): Debian's kernel package
 # under QEMU's software emulation, a pure cgroup v2 hierarchy, a real LXC container started with the cgroup keys PVE 9
-# writes, and the collection's own cgroup code checked against the kernel's files. Installs qemu-system-x86,
-# busybox-static and lxc (apt, as root) and downloads the kernel package into .build/v2kernel the first time. Not the
-# lab: no lock, no daemons left. 30-40 s a run (boot 8-11 s, checks 20-25 s); about 15 s more on a fresh machine.
+# writes, and the collection's own cgroup code checked against the kernel's files. Installs qemu-system-x86 and lxc
+# (apt, as root) and downloads the kernel and busybox-static packages into .build/v2kernel the first time. Not the
+# lab: no lock, no daemons left. 30-40 s a run (boot 8-11 s, checks 20-30 s); 53 s on a fresh machine.
 v2kernel:
 	"$(ROOT)/tests/v2kernel/vmctl" test
 
