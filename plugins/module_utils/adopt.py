@@ -38,7 +38,8 @@ NVIDIACTL_MINOR = 255
 CONSENT_VAR = "pve_gpu_container_adopt_interrupt"
 # What an adoption keeps of the operator's container unless the inventory sets it (PVE key -> role variable).
 KEPT_KEYS = {"hostname": "pve_gpu_container_hostname", "cores": "pve_gpu_container_cores",
-             "swap": "pve_gpu_container_swap_mib", "features": "pve_gpu_container_features"}
+             "swap": "pve_gpu_container_swap_mib", "features": "pve_gpu_container_features",
+             "rootfs": "pve_gpu_container_rootfs"}
 # SGLang's server_args.py spells some options two ways (python/sglang/srt/server_args.py add_cli_args).
 _ALIASES = {
     "--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp",
@@ -78,6 +79,8 @@ class RunningServer:
     problems: List[str] = field(default_factory=list)
     children: List[int] = field(default_factory=list)
     unit: str = ""
+    starttime: Optional[int] = None
+    ct_pids: List[int] = field(default_factory=list)
 
     def as_dict(self) -> Dict[str, Any]:
         return {"pid": self.pid, "pgid": self.pgid, "argv": [clip(a, SHOWN) for a in self.argv[:64]],
@@ -85,7 +88,8 @@ class RunningServer:
                 "dp_attention": self.dp_attention, "hicache_size_gb": self.hicache_size_gb,
                 "hierarchical": self.hierarchical, "port": self.port, "host": self.host,
                 "model_path": clip(self.model_path, SHOWN), "problems": list(self.problems),
-                "children": list(self.children), "unit": self.unit}
+                "children": list(self.children), "unit": self.unit, "starttime": self.starttime,
+                "ct_pids": list(self.ct_pids)}
 
 
 def is_sglang_launcher(argv: Sequence[str]) -> bool:
@@ -164,6 +168,8 @@ def find_servers(procs: Sequence[Mapping[str, Any]]) -> List[RunningServer]:
             continue
         server.unit = str(proc.get("unit") or "")
         server.children = sorted(_descendants(pid, by_pid))
+        server.starttime = proc.get("starttime")
+        server.ct_pids = sorted(int(by_pid[p]["ct_pid"]) for p in [pid] + server.children if by_pid[p].get("ct_pid"))
         servers.append(server)
     return servers
 
@@ -213,8 +219,8 @@ def judge_running(plan_base: Mapping[str, Any], server: RunningServer, facts: Ma
     ranks = int(plan["engine_ranks_per_host"])
     asked = "your running --hicache-size %d x %d ranks" % (server.hicache_size_gb, ranks)
     if plan["fits"]:
-        verdict = "%s fits: %s pinned of a %s budget" % (asked, fmt_gb(int(plan["total_pinned_bytes"])),
-                                                       fmt_gb(int(plan["budget_bytes"])))
+        verdict = "%s fits: %s pinned of a %s budget" % (
+            asked, fmt_gb(int(plan["total_pinned_bytes"])), fmt_gb(int(plan["budget_bytes"])))
     else:
         verdict = ("%s does not fit: %s vs %s (OVERCOMMIT: the ranks would pin more host RAM than the node and the "
                    "container's limit leave; the plan's largest size for this layout is %d GB per rank)" % (
@@ -337,12 +343,12 @@ def passthrough_decision(passthrough: Mapping[str, Any], wanted_minors: Sequence
                 "to %s to keep them as they are, or replace the raw lines by devN yourself (docs/deploy.md, \"Taking "
                 "over an existing container\")" % (have or "none", wanted, have))}
         return {"manage_devn": False, "restart": False, "refusal": None}
+    if method == "both" and have != wanted:
+        return {"manage_devn": False, "restart": False, "refusal": (
+            "the container passes GPUs %s by both devN entries and raw lxc lines, not the inventory's GPUs %s "
+            "(pve_gpu_container_gpus): mend the config by hand first" % (have, wanted))}
     if method == "both":
-        return {"manage_devn": False, "restart": False, "refusal": None} if sorted(
-            set(have)) == wanted and not passthrough.get("mapped_twice") else {
-            "manage_devn": False, "restart": False, "refusal": (
-                "the container passes GPUs by both devN entries and raw lxc lines (%s) and they are not the inventory's "
-                "GPUs %s: mend the config by hand first" % (have, wanted))}
+        return {"manage_devn": False, "restart": False, "refusal": None}
     restart = have != wanted
     return {"manage_devn": True, "restart": restart, "refusal": None}
 
@@ -361,7 +367,11 @@ def config_rows(current: Mapping[str, Any], declared: Mapping[str, Any], invento
     for key in sorted(declared):
         want = declared[key]
         have = current.get(key)
-        same = have is not None and compare_option(key, have, str(want)).equal
+        try:
+            same = have is not None and compare_option(key, have, str(want)).equal
+            refused = ""
+        except ConfigError as exc:  # a volume the update would have to resize or move
+            same, refused = False, str(exc)
         if same:
             action = "same"
         elif key in KEPT_KEYS and KEPT_KEYS[key] not in inventory_sets:
@@ -370,6 +380,8 @@ def config_rows(current: Mapping[str, Any], declared: Mapping[str, Any], invento
         elif key in KEPT_KEYS and have is not None and not consent:
             action = "differs: kept until %s=true (the inventory's %s)" % (CONSENT_VAR, KEPT_KEYS[key])
             omit.append(key)
+        elif refused:
+            action = "refused: %s" % refused
         else:
             action = "set"
         rows.append({"key": key, "current": None if have is None else _text(have), "roles": _text(want),
@@ -385,7 +397,7 @@ def config_rows(current: Mapping[str, Any], declared: Mapping[str, Any], invento
 
 def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str, Any], config: Mapping[str, Any],
               planned_gb: Optional[int], unit: str, consent: bool, baseline_present: bool,
-              gpus_busy: bool) -> Dict[str, Any]:
+              gpus_busy: bool, stop_timeout_s: int = 120) -> Dict[str, Any]:
     """The steps in order, which interrupt the server, and whether the run may go on (``refusal`` names what is
     missing: a passthrough it will not touch, or the consent the interrupting steps need)."""
     hand_run = [s for s in servers if s.unit != unit]
@@ -395,9 +407,9 @@ def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str
     if changes:
         steps.append({"step": "set %s on the running container" % ", ".join(changes), "interrupts": False})
     for s in hand_run:
-        steps.append({"step": "you stop your hand-run SGLang (pid %d on the node, process group %d, port %d): SIGTERM to "
-                              "its process group, the grace SGLang needs to drain (recover.yml if it does not stop)"
-                              % (s.pid, s.pgid, s.port), "interrupts": True})
+        steps.append({"step": "stop your hand-run SGLang (pid %d on the node, process group %d, port %d): SIGTERM to its "
+                              "process group, up to %d s for it to drain and exit, then SIGKILL (recover.yml if it still "
+                              "does not stop)" % (s.pid, s.pgid, s.port, stop_timeout_s), "interrupts": True})
     if decision.get("restart"):
         steps.append({"step": "restart the container for its GPU passthrough (devN)", "interrupts": True})
     steps.append({"step": "take the baseline with the GPUs idle", "interrupts": bool(hand_run)})
@@ -407,13 +419,6 @@ def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str
         unit, planned_gb if planned_gb is not None else "as planned"), "interrupts": bool(hand_run)})
     interrupts = any(s["interrupts"] for s in steps)
     refusal = decision.get("refusal")
-    if not refusal and hand_run:
-        refusal = ("your SGLang runs in CT %d outside %s (%s). deploy does not stop a server it did not start: in a "
-                   "window when the model may stop, stop it yourself (inside the container: kill -TERM -- -<its process "
-                   "group>, and wait until it has exited), then run deploy again, with %s=true if a step above that "
-                   "interrupts remains. Nothing has been changed." % (
-                       vmid, unit, "; ".join("pid %d, process group %d on the node" % (s.pid, s.pgid) for s in hand_run),
-                       CONSENT_VAR))
     if not refusal and interrupts and not consent:
         refusal = ("taking over CT %s interrupts the server it runs (the steps marked INTERRUPTS above), and that needs "
                    "your consent: set %s=true for it, in a window when the model may stop. Nothing has been changed."
@@ -429,7 +434,38 @@ def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str
         recover = ("no baseline yet and the GPUs are idle: deploy records it in this step, before any change (in check "
                    "mode it would), so recover can judge Clean from the first minute")
     return {"steps": steps, "interrupts": interrupts, "refusal": refusal, "hand_run": [s.pid for s in hand_run],
-            "recover": recover}
+            "recover": recover, "record_baseline_now": not baseline_present and not gpus_busy and not servers}
+
+
+def stop_targets(servers: Sequence[Mapping[str, Any]], procs: Sequence[Mapping[str, Any]],
+                 vmid: int) -> Dict[str, Any]:
+    """Which of the container's processes (read now: pid, ppid, starttime, vmid) the consented stop signals: each
+    launcher the report found, if it is still the same process (same start time), and its descendants now. A
+    launcher gone or replaced since the report is not signalled and is named."""
+    by_pid = {int(p["pid"]): p for p in procs}
+    targets: List[Mapping[str, Any]] = []
+    skipped: List[str] = []
+    for server in servers:
+        pid = int(server["pid"])
+        now = by_pid.get(pid)
+        if now is None:
+            skipped.append("pid %d has exited since the report" % pid)
+            continue
+        if server.get("starttime") is None or now.get("starttime") != server.get("starttime") or now.get("vmid") != vmid:
+            skipped.append("pid %d is another process now (its start time or container differs): not signalled" % pid)
+            continue
+        targets.append(now)
+        targets.extend(by_pid[c] for c in _descendants(pid, by_pid) if by_pid[c].get("vmid") == vmid)
+    return {"targets": targets, "skipped": skipped}
+
+
+def whole_groups(targets: Sequence[Mapping[str, Any]], all_procs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the targets' process groups hold nothing but the targets: only then is a group signalled as a whole
+    (a server started with nohup from the operator's shell may share the shell's group; the shell is not ours to
+    stop)."""
+    pids = {int(t["pid"]) for t in targets}
+    groups = {int(t["pgid"]) for t in targets}
+    return all(int(p["pid"]) in pids for p in all_procs if int(p["pgid"]) in groups)
 
 
 def port_owner(port: int, servers: Sequence[RunningServer], unit: str) -> Optional[str]:
@@ -505,5 +541,5 @@ def facts_for_running(node_mem_total_bytes: int, node_mem_available_bytes: int, 
 
 
 __all__ = ["AdoptError", "RunningServer", "parse_server_argv", "find_servers", "judge_running", "classify_passthrough",
-           "passthrough_decision", "config_rows", "gpus_busy", "take_over", "port_owner", "report_lines", "facts_for_running",
+           "passthrough_decision", "config_rows", "gpus_busy", "stop_targets", "whole_groups", "take_over", "port_owner", "report_lines", "facts_for_running",
            "GB_BYTES"]

@@ -243,15 +243,22 @@ def _check_model(model_path: str, ct: Mapping[str, Any]) -> None:
                           "controller." % model_path)
 
 
-def _check_port(port: int, ct: Mapping[str, Any]) -> None:
-    """Refuse a port another program listens on (`ss -Hltnp` lines); the running SGLang's own listener is fine."""
+def _check_port(port: int, ct: Mapping[str, Any], yours: Sequence[int] = ()) -> None:
+    """Refuse a port another program listens on (`ss -Hltnp` lines); the running SGLang's own listener is fine.
+    ``yours``: PIDs (in the container) of the SGLang the operator started by hand in a container being taken over."""
     ours = {int(p) for p in ct.get("unit_pids") or []}
+    hand_run = {int(p) for p in yours or []}
     for line in ct.get("listeners") or []:
         fields = str(line).split()
         if len(fields) < 4 or not fields[3].endswith(":%d" % port):
             continue
         users = re.findall(r'\("([^"]*)",pid=(\d+)', str(line))
         others = [(name, int(pid)) for name, pid in users if int(pid) not in ours]
+        if others and all(pid in hand_run for _name, pid in others):
+            raise DeployError("port %d is held by your server, the SGLang started by hand in this container (pid %s): "
+                              "the take-over stops it before the unit starts on the same port; set "
+                              "pve_gpu_container_adopt_interrupt=true for the take-over to stop it (docs/deploy.md, "
+                              "\"Taking over an existing container\")" % (port, ", ".join(str(p) for _n, p in others)))
         if others or not users:
             who = ", ".join("%s (pid %d)" % o for o in others) or "a process this check cannot see"
             raise DeployError("port %d is already in use in the container by %s: set sglang_server_port to a free port"
@@ -274,7 +281,7 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
             "%s = %d rank(s) in this container, but it sees %d GPU device node(s) (%s). Match pve_gpu_container_gpus "
             "to the layout." % (layout_text(layout), ranks, len(gpu_nodes), ", ".join(gpu_nodes) or "none"))
     _check_model(service["model_path"], ct)
-    _check_port(service["port"], ct)
+    _check_port(service["port"], ct, node_state.get("adopt_hand_run") or ())
     declared_limit = int(node_state["memory_limit_bytes"])
     cgroup_limit = ct.get("cgroup_memory_limit_bytes")
     limit = min(int(cgroup_limit), declared_limit) if cgroup_limit else declared_limit

@@ -82,6 +82,10 @@ options:
     description: Whether the container's recovery baseline file exists on the node.
     type: bool
     default: false
+  stop_timeout_s:
+    description: Seconds the consented stop gives a hand-run server to drain and exit after SIGTERM (for the report).
+    type: int
+    default: 120
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -115,6 +119,10 @@ refusal:
   description: Why the run stops before the first change (a passthrough it will not touch, or missing consent); null when it may go on.
   type: str
   returned: always
+record_baseline_now:
+  description: No baseline exists and the container's GPUs are idle with no server running - record it now.
+  type: bool
+  returned: always
 interrupts:
   description: Whether the take-over interrupts the running server.
   type: bool
@@ -137,6 +145,11 @@ hand_run:
   description: The host PIDs of the launchers not under the unit (the take-over stops them).
   type: list
   elements: int
+  returned: always
+hand_run_servers:
+  description: Those launchers with their process group, start time and the PIDs inside the container of them and their ranks.
+  type: list
+  elements: dict
   returned: always
 judged:
   description: Each server's size as the sizing model judges it (fits, verdict).
@@ -162,6 +175,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_pro
     container_of_pid,
     in_unit,
     list_pids,
+    parse_nspid,
     read_stat,
 )
 
@@ -211,7 +225,9 @@ def container_procs(module, vmid, unit, root="/"):
         st = read_stat(pid, root)
         if st is None or st["state"] in ("Z", "X"):
             continue
+        nspid = parse_nspid(read_text(join_root(root, "/proc/%d/status" % pid)))
         procs.append({"pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "starttime": st["starttime"], "argv": [],
+                      "ct_pid": nspid[-1] if nspid else None,
                       "unit": unit if in_unit(read_text(join_root(root, "/proc/%d/cgroup" % pid)), unit) else ""})
     argvs = read_cmdlines(module, [p["pid"] for p in procs])
     for proc in procs:
@@ -227,7 +243,7 @@ def build(p, procs):
             hostname=spec.get("hostname"), cores=int(spec["cores"]) if spec.get("cores") not in (None, "") else None,
             memory_mib=int(spec["memory_mib"]) if spec.get("memory_mib") not in (None, "") else None,
             swap_mib=int(spec["swap_mib"]) if spec.get("swap_mib") not in (None, "") else None,
-            features=spec.get("features") or None)
+            rootfs=spec.get("rootfs") or None, features=spec.get("features") or None)
     except (ConfigError, ValueError) as exc:
         raise adopt.AdoptError("the container's settings: %s" % exc) from exc
     config = p["config"] or {}
@@ -246,14 +262,17 @@ def build(p, procs):
         except adopt.AdoptError as exc:
             judged.append({"fits": None, "verdict": str(exc), "plan": None})
     steps = adopt.take_over(p["vmid"], servers, decision, rows, p["planned_gb"], p["unit"], p["consent"],
-                            p["baseline_present"], adopt.gpus_busy(ct_gpus) or bool(servers))
+                            p["baseline_present"], adopt.gpus_busy(ct_gpus) or bool(servers), p["stop_timeout_s"])
     plan_line = "The plan for the unit: --hicache-size %s GB per rank (the node's plan, deploy's gate)." % (
         p["planned_gb"] if p["planned_gb"] is not None else "not computed")
     lines = adopt.report_lines(p["vmid"], p["host"], rows, passthrough, servers, judged, plan_line, steps,
                                adopt.port_owner(p["port"], servers, p["unit"]))
     return {"lines": lines, "refusal": steps["refusal"], "interrupts": steps["interrupts"], "omit": rows["omit"],
+            "record_baseline_now": steps["record_baseline_now"],
             "manage_devn": decision["manage_devn"], "restart": decision["restart"],
             "servers": [s.as_dict() for s in servers], "hand_run": steps["hand_run"],
+            "hand_run_servers": [{"pid": s.pid, "pgid": s.pgid, "starttime": s.starttime, "ct_pids": s.ct_pids}
+                                 for s in servers if s.pid in steps["hand_run"]],
             "judged": [{"fits": j["fits"], "verdict": j["verdict"]} for j in judged], "passthrough": passthrough,
             "rows": rows["rows"], "steps": steps["steps"]}
 
@@ -276,6 +295,7 @@ def main():
             mem_available_bytes=dict(type="int", required=True),
             container_held_bytes=dict(type="int", default=0),
             baseline_present=dict(type="bool", default=False),
+            stop_timeout_s=dict(type="int", default=120),
         ),
         supports_check_mode=True,
     )

@@ -986,6 +986,11 @@ def build_lxc_config(vmid: int, conf: dict) -> str:
             lines.append(f"lxc.cgroup.devices.deny = {kind} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)} w")
         lines.append(f"lxc.mount.entry = {path} {path.lstrip('/')} none bind,create=file 0 0")
         has_nvidia = has_nvidia or nvidia_dev(path)
+    # GPUs passed the pre-devN way (raw lxc.mount.entry lines of /dev/nvidia*, the community scripts' way) reach the
+    # same global driver as devN ones: the kernel module does not know how a device node came into the container.
+    has_nvidia = has_nvidia or any(
+        key == "lxc.mount.entry" and value.split() and nvidia_dev(value.split()[0]) and value.split()[0].startswith("/dev/")
+        for key, value in conf.get("lxc", []))
     if has_nvidia:
         # The simulated driver is global, like the kernel module (docs/lab.md, GPU driver contract).
         # /run is mounted first so the CT's systemd finds it mounted and keeps the bind below visible.

@@ -93,8 +93,8 @@ def test_a_size_that_fits_is_said_to_fit():
 def test_the_running_layout_not_the_inventorys_is_judged():
     s = a.parse_server_argv(["python3", "-m", "sglang.launch_server", "--tp-size", "4", "--enable-hierarchical-cache",
                              "--hicache-size", "80"], 1, 1)
-    judged = a.judge_running(rq.request(SETTINGS)["plan_base"], s, a.facts_for_running(449 * GIB, 445 * GIB, 0, 420 * 1024,
-                                                                                        GPUS[:4]))
+    facts = a.facts_for_running(449 * GIB, 445 * GIB, 0, 420 * 1024, GPUS[:4])
+    judged = a.judge_running(rq.request(SETTINGS)["plan_base"], s, facts)
     assert judged["plan"]["engine_ranks_per_host"] == 4 and "x 4 ranks" in judged["verdict"]
 
 
@@ -148,12 +148,13 @@ def test_devn_only_is_managed_and_a_change_restarts():
 
 # --- config, key by key -----------------------------------------------------------------------------------------------
 
-ROLES = {"hostname": "sglang-129", "cores": "8", "swap": "0", "features": "nesting=1", "memory": str(420 * 1024)}
+ROLES = {"hostname": "sglang-129", "cores": "8", "swap": "0", "features": "nesting=1", "memory": str(420 * 1024),
+         "rootfs": "local-lvm:64"}
 
 
 def test_the_operators_choices_stay_when_the_inventory_does_not_set_them():
     rows = a.config_rows(HAND_MADE, ROLES, [], consent=True)
-    assert sorted(rows["omit"]) == ["cores", "features", "hostname", "swap"]
+    assert sorted(rows["omit"]) == ["cores", "features", "hostname", "rootfs", "swap"]
     by_key = {r["key"]: r for r in rows["rows"]}
     assert by_key["cores"]["current"] == "96" and by_key["cores"]["roles"] == "8" and by_key["cores"]["action"].startswith("kept")
     assert by_key["memory"]["action"] == "same"
@@ -170,17 +171,32 @@ def test_an_inventory_value_that_differs_is_applied_only_with_consent():
 
 # --- the take-over ------------------------------------------------------------------------------------------------------
 
-def test_a_hand_run_server_makes_the_take_over_interrupting_and_the_run_stops_before_any_change():
-    servers = a.find_servers([{"pid": 100, "ppid": 1, "pgid": 100, "argv": INCIDENT_ARGV}])
+def test_a_hand_run_server_makes_the_take_over_interrupting_and_it_stops_without_consent():
+    servers = a.find_servers([{"pid": 100, "ppid": 1, "pgid": 100, "argv": INCIDENT_ARGV, "starttime": 5}])
     rows = a.config_rows(HAND_MADE, ROLES, [], consent=False)
-    for consent in (False, True):
-        steps = a.take_over(129, servers, {"refusal": None, "restart": False}, rows, 41, "sglang.service", consent,
-                            False, True)
-        assert steps["interrupts"] and "Nothing has been changed" in steps["refusal"]
-        assert "stop it yourself" in steps["refusal"] and "process group 100" in steps["refusal"]
+    steps = a.take_over(129, servers, {"refusal": None, "restart": False}, rows, 41, "sglang.service", False, False, True)
+    assert steps["interrupts"] and "pve_gpu_container_adopt_interrupt=true" in steps["refusal"]
+    assert "Nothing has been changed" in steps["refusal"]
     stop = [s for s in steps["steps"] if "stop your hand-run SGLang" in s["step"]]
     assert len(stop) == 1 and stop[0]["interrupts"] and "process group 100" in stop[0]["step"]
     assert "no baseline" in steps["recover"] and "never Clean" in steps["recover"]
+    ok = a.take_over(129, servers, {"refusal": None, "restart": False}, rows, 41, "sglang.service", True, False, True)
+    assert ok["refusal"] is None and ok["hand_run"] == [100]
+
+
+def test_the_stop_signals_the_launcher_and_its_ranks_only_if_still_the_same_processes():
+    procs = [{"pid": 100, "ppid": 1, "pgid": 100, "starttime": 5, "vmid": 129},
+             {"pid": 101, "ppid": 100, "pgid": 100, "starttime": 6, "vmid": 129},
+             {"pid": 102, "ppid": 101, "pgid": 100, "starttime": 7, "vmid": 129},
+             {"pid": 300, "ppid": 1, "pgid": 300, "starttime": 8, "vmid": 129}]
+    got = a.stop_targets([{"pid": 100, "starttime": 5}], procs, 129)
+    assert [p["pid"] for p in got["targets"]] == [100, 101, 102] and got["skipped"] == []
+    got = a.stop_targets([{"pid": 100, "starttime": 4}], procs, 129)
+    assert got["targets"] == [] and "another process now" in got["skipped"][0]
+    got = a.stop_targets([{"pid": 100, "starttime": 5}], procs, 130)
+    assert got["targets"] == []
+    got = a.stop_targets([{"pid": 999, "starttime": 5}], procs, 129)
+    assert got["targets"] == [] and "exited" in got["skipped"][0]
 
 
 def test_a_passthrough_restart_needs_consent():
@@ -195,6 +211,7 @@ def test_a_container_without_a_server_is_taken_over_without_interruption():
     rows = a.config_rows(HAND_MADE, ROLES, [], consent=False)
     steps = a.take_over(129, [], {"refusal": None, "restart": False}, rows, 41, "sglang.service", False, False, False)
     assert not steps["interrupts"] and steps["refusal"] is None and "records it in this step" in steps["recover"]
+    assert steps["record_baseline_now"] is True
 
 
 def test_the_port_of_the_hand_run_server_is_your_server():
@@ -216,3 +233,9 @@ def test_the_report_names_everything_for_the_incident():
     assert "does not fit: 2400 GB vs 329 GB" in text and "OVERCOMMIT" in text
     assert "raw lxc lines" in text and "nvidia-smi GPU 7" in text and "MAPPED TWICE" not in text
     assert "[INTERRUPTS the server]" in text and "STOP:" in text and "held by your server" in text
+
+
+def test_a_group_is_signalled_whole_only_when_it_holds_nothing_but_the_server():
+    server = [{"pid": 100, "pgid": 100}, {"pid": 101, "pgid": 100}]
+    assert a.whole_groups(server, server + [{"pid": 5, "pgid": 5}]) is True
+    assert a.whole_groups(server, server + [{"pid": 90, "pgid": 100}]) is False  # the operator's shell

@@ -456,6 +456,17 @@ def test_a_port_held_by_another_program_is_refused_and_our_own_server_is_not():
     assert launch_with(listeners=LISTEN[:1])["hicache_size_gb"] > 0
 
 
+def test_the_port_of_a_hand_run_server_being_taken_over_is_your_server():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    state = dict(node_state(gate), adopt_hand_run=[790])
+    with pytest.raises(d.DeployError, match=r"port 30000 is held by your server, the SGLang started by hand .*pid 790"):
+        d.launch(r, state, ct_facts(listeners=LISTEN), PATHS)
+    state = dict(node_state(gate), adopt_hand_run=[791])
+    with pytest.raises(d.DeployError, match=r"already in use in the container by python3 \(pid 790\)"):
+        d.launch(r, state, ct_facts(listeners=LISTEN), PATHS)
+
+
 def test_a_missing_model_is_refused():
     with pytest.raises(d.DeployError, match="does not exist in the container"):
         launch_with(model_present=False)
