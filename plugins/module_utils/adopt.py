@@ -92,10 +92,18 @@ class RunningServer:
                 "ct_pids": list(self.ct_pids)}
 
 
+# The unit's ExecStart (roles/sglang_server/files/sglang_launch.py): it runs sglang.launch_server in its own process
+# (runpy), with SGLang's arguments after "--".
+UNIT_LAUNCHER = "sglang-launch"
+
+
 def is_sglang_launcher(argv: Sequence[str]) -> bool:
-    """``python -m sglang.launch_server ...``, ``.../sglang/launch_server.py ...`` or ``sglang serve ...``."""
+    """``python -m sglang.launch_server ...``, ``.../sglang/launch_server.py ...``, ``sglang serve ...``, or the unit's
+    own launcher (``python .../sglang-launch ... -- <SGLang arguments>``)."""
     args = [str(a) for a in argv]
     for i, arg in enumerate(args[:4]):
+        if os.path.basename(arg) == UNIT_LAUNCHER and "--" in args[i:]:
+            return True
         if arg == "-m" and i + 1 < len(args) and args[i + 1] == "sglang.launch_server":
             return True
         if arg.endswith("sglang/launch_server.py"):

@@ -114,11 +114,12 @@ def host_proc(pid: int) -> dict | None:
 
 
 def launchers() -> dict[int, dict]:
-    """Host PIDs of the SGLang launchers in CT 160 (python -m sglang.launch_server), with their world view."""
+    """Host PIDs of the SGLang launchers in CT 160 (python -m sglang.launch_server, or the unit's sglang-launch that
+    runs it in its own process), with their world view."""
     found = {}
     for pid in t.host_pids_in_ct(VMID):
         proc = host_proc(pid)
-        if proc and "sglang.launch_server" in proc["argv"]:
+        if proc and ("sglang.launch_server" in proc["argv"] or any(a.endswith("/sglang-launch") for a in proc["argv"])):
             found[pid] = proc
     return found
 

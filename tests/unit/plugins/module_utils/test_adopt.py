@@ -49,6 +49,13 @@ def test_equals_forms_aliases_and_the_sglang_serve_cli_are_read():
     assert (s.tp_size, s.dp_size, s.hicache_size_gb, s.port) == (4, 2, 52, a.SGLANG_DEFAULT_PORT)
 
 
+def test_the_units_own_launcher_is_read_from_the_arguments_after_the_separator():
+    s = a.parse_server_argv(["/opt/sglang/venv/bin/python3", "/usr/local/libexec/inferops/sglang-launch", "--launch",
+                             "/etc/sglang/launch.json", "--api-key-file", "/etc/sglang/api-key", "--", "--model-path",
+                             "/m", "--tp-size", "2", "--enable-hierarchical-cache", "--hicache-size", "1", "--port", "30001"])
+    assert (s.tp_size, s.hicache_size_gb, s.port) == (2, 1, 30001)
+
+
 def test_other_processes_and_garbled_numbers_are_not_taken_as_settings():
     assert a.parse_server_argv(["/usr/bin/python3", "-m", "http.server", "--port", "30000"]) is None
     assert a.parse_server_argv(["bash", "-c", "python3 -m sglang.launch_server"]) is None
