@@ -1,10 +1,10 @@
 """Taking over a running, hand-made GPU container (docs/deploy.md, "Taking over an existing container").
 
 CT 160 is made the way a person makes it, through the lab's pct and by editing /etc/pve/lxc/160.conf: its own
-hostname, 1 core, swap 512, a static address, GPU 6 passed by raw lxc lines (lxc.cgroup2.devices.allow and
+hostname, 1 core, swap 512, a static address, GPUs 6 and 7 passed by raw lxc lines (lxc.cgroup2.devices.allow and
 lxc.mount.entry, the community scripts' way, no devN), the node's NVIDIA userspace from its .run, SGLang (the lab's
 stand-in) pip-installed in a venv, and the server started from a shell with nohup and an oversized --hicache-size
-(3 GB on one rank where the plan gives 2). Then deploy.yml with pve_gpu_container_adopt, every check read from the
+(2 GB on each of 2 ranks where the plan gives 1). Then deploy.yml with pve_gpu_container_adopt, every check read from the
 world (pct config, the process table, the container's mounts, the unit's argv, /health):
 - --check changes nothing (config, the server's process) and reports the oversized size;
 - a run without pve_gpu_container_adopt_interrupt stops before any change: the config is the same and the hand-run
@@ -36,13 +36,14 @@ pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
                                                 reason="the lab's pct and container template are not installed")]
 
 VMID = 160
-GPU = 6
+GPUS = (6, 7)
 ADDRESS = "10.77.0.160"
 NET0 = "name=eth0,bridge=vmbr0,ip=%s/24,gw=10.77.0.1" % ADDRESS
 VERSION = "0.5.21"
 PACKAGES = "/var/lib/inferops-lab/packages"
 MODEL = "/opt/models/kimi-k2-tiny"
-HAND_SIZE_GB = 3
+HAND_SIZE_GB = 2
+TP = 2
 CONF = "/etc/pve/lxc/%d.conf" % VMID
 INVENTORY = """all:
   children:
@@ -62,10 +63,10 @@ INVENTORY = """all:
           ansible_python_interpreter: /usr/bin/python3
           proxmox_vmid: 160
           pve_gpu_container_adopt: true
-          pve_gpu_container_gpus: [%d]
-          pve_gpu_container_memory_mib: 14336
+          pve_gpu_container_gpus: [%d, %d]
+          pve_gpu_container_memory_mib: 16384
           sglang_server_version: "%s"
-          sglang_server_tp_size: 1
+          sglang_server_tp_size: %d
           sglang_server_model_preset: kimi-k2
           sglang_server_model_path: %s
           sglang_server_wheelhouse_src: %s
@@ -73,11 +74,11 @@ INVENTORY = """all:
           sglang_server_nvidia_installer_node_dir: /var/lib/inferops-lab/nvidia
           sglang_server_stop_timeout: 30
           sglang_server_health_timeout: 180
-          # 1 GiB a rank and 1 GiB for the front end: the plan gives 2 GB where SGLang itself would take 3.
+          # 1 GiB a rank and 1 GiB for the front end: the plan gives 1 GB a rank where SGLang itself takes 2.
           sglang_server_hicache_policy:
             rank_overhead_bytes: 1073741824
             frontend_overhead_bytes: 1073741824
-""" % (GPU, VERSION, MODEL, PACKAGES, PACKAGES)
+""" % (GPUS[0], GPUS[1], VERSION, TP, MODEL, PACKAGES, PACKAGES)
 
 
 def in_ct(*cmd: str, **kw) -> subprocess.CompletedProcess:
@@ -162,13 +163,13 @@ def handmade():
     t.lab_up()
     if os.path.exists(CONF):
         t.ct_destroy(VMID)
-    r = t.run(["pct", "create", str(VMID), t.TEMPLATE, "--hostname", "kimi-by-hand", "--cores", "1", "--memory", "14336",
+    r = t.run(["pct", "create", str(VMID), t.TEMPLATE, "--hostname", "kimi-by-hand", "--cores", "1", "--memory", "16384",
                "--swap", "512", "--unprivileged", "1", "--net0", NET0], timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     uvm = os.major(os.stat("/dev/nvidia-uvm").st_rdev)
     with open(CONF, "a") as f:  # the community scripts' raw lines, appended by hand
         f.write("lxc.cgroup2.devices.allow: c 195:* rwm\nlxc.cgroup2.devices.allow: c %d:* rwm\n" % uvm)
-        for node in ("nvidia%d" % GPU, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+        for node in ["nvidia%d" % g for g in GPUS] + ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]:
             f.write("lxc.mount.entry: /dev/%s dev/%s none bind,optional,create=file\n" % (node, node))
     t.ct_start(VMID)
     wait_running_systemd(VMID)
@@ -184,9 +185,9 @@ def handmade():
                           "sglang==%s" % VERSION, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     # Started from a shell, as the incident's operator did: nohup, in the background, no unit.
-    r = in_ct("bash", "-c", "cd /root && nohup /root/sgl/bin/python3 -m sglang.launch_server --model-path %s --tp-size 1 "
+    r = in_ct("bash", "-c", "cd /root && nohup /root/sgl/bin/python3 -m sglang.launch_server --model-path %s --tp-size %d "
                             "--enable-hierarchical-cache --hicache-size %d --host 0.0.0.0 --port 30000 > /root/sglang.log "
-                            "2>&1 < /dev/null & disown" % (MODEL, HAND_SIZE_GB))
+                            "2>&1 < /dev/null & disown" % (MODEL, TP, HAND_SIZE_GB))
     assert r.returncode == 0, r.stderr
     assert t.wait_for(healthy, 120), in_ct("cat", "/root/sglang.log").stdout[-2000:]
     yield VMID
@@ -208,7 +209,7 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
     # 1. Check mode: nothing changes, the oversized running size is named.
     rc, out = deploy(reports, inventory, playbook("deploy.yml"), "--check", *limit, log="check.log")
     assert rc == 0, out[-4000:]
-    assert "your running --hicache-size %d x 1 ranks does not fit" % HAND_SIZE_GB in out
+    assert "your running --hicache-size %d x %d ranks does not fit" % (HAND_SIZE_GB, TP) in out
     assert pct_config() == before
     assert host_proc(hand_pid) == hand_proc and healthy()
 
@@ -243,7 +244,7 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
     assert not [k for k in after if re.fullmatch(r"dev\d+", k)]  # no devN beside them
     assert "inferops-gpu" in after.get("tags", "")
     mounts = gpu_mounts()
-    assert len(mounts) == len(set(mounts)) and "/dev/nvidia%d" % GPU in mounts
+    assert len(mounts) == len(set(mounts)) and {"/dev/nvidia%d" % g for g in GPUS} <= set(mounts)
     assert host_proc(hand_pid) is None  # the hand-run server is gone
     assert not [p for p in t.host_pids_in_ct(VMID) if p == hand_pid]
     now = launchers()
