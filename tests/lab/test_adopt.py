@@ -185,10 +185,12 @@ def handmade():
                           "sglang==%s" % VERSION, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     # Started from a shell, as the incident's operator did: nohup, in the background, no unit.
-    r = in_ct("bash", "-c", "cd /root && nohup /root/sgl/bin/python3 -m sglang.launch_server --model-path %s --tp-size %d "
-                            "--enable-hierarchical-cache --hicache-size %d --host 0.0.0.0 --port 30000 > /root/sglang.log "
-                            "2>&1 < /dev/null & disown" % (MODEL, TP, HAND_SIZE_GB))
-    assert r.returncode == 0, r.stderr
+    # (lxc-attach's output goes nowhere: the server outlives the attach and nothing waits for its pipes.)
+    r = in_ct("bash", "-c", "cd /root && setsid -f nohup /root/sgl/bin/python3 -m sglang.launch_server --model-path %s "
+                            "--tp-size %d --enable-hierarchical-cache --hicache-size %d --host 0.0.0.0 --port 30000 "
+                            "> /root/sglang.log 2>&1 < /dev/null" % (MODEL, TP, HAND_SIZE_GB),
+              capture_output=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0
     assert t.wait_for(healthy, 120), in_ct("cat", "/root/sglang.log").stdout[-2000:]
     yield VMID
     t.ct_destroy(VMID)
