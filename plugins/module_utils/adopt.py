@@ -294,13 +294,13 @@ def classify_passthrough(config: Mapping[str, Any], node_gpus: Sequence[Mapping[
             source = value.split()[0] if value.split() else ""
             if source.startswith("/dev/nvidia"):
                 paths.setdefault(source, []).append("lxc.mount.entry")
-                raw.append("%s: %s" % (key, clip(value, SHOWN)))
+                raw.append("%s: %s" % (key, _text(value)))
         elif key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
             match = _ALLOW_RE.match(value)
             if match:
                 allow.append(match.groups())
                 if match.group(2) in ("*", str(NVIDIA_MAJOR)):
-                    raw.append("%s: %s" % (key, clip(value, SHOWN)))
+                    raw.append("%s: %s" % (key, _text(value)))
     by_minor = {int(g["minor_number"]): g for g in node_gpus if g.get("minor_number") is not None}
     gpus: List[Dict[str, Any]] = []
     problems: List[str] = []
