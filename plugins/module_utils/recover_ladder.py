@@ -52,9 +52,11 @@ def rung_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     t_end = _num(raw.get("t_end"), "t_end")
     t1 = _num(raw["t1"], "t1") if raw.get("t1") is not None else t_end
     poll = raw.get("poll")
+    settled_reason = None
     if poll is None:
         verdict, cleared, reasons, next_rung, next_reason = "Not clean", False, [], rung, ""
     else:
+        settled_reason = poll.get("settled_reason")
         verdict = poll.get("verdict") or "Not clean"
         cleared = bool(poll.get("clean"))
         reasons = list(poll.get("reasons") or ([] if cleared else [poll.get("msg") or "diagnosis failed"]))
@@ -63,7 +65,9 @@ def rung_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {"rung": rung, "name": raw.get("name") or gate.RUNG_NAMES[rung],
             "seconds": round(t_end - t0, 1), "action_seconds": round(t1 - t0, 1),
             "verdict": verdict, "cleared": cleared, "action": dict(raw.get("action") or {}),
-            "reasons_after": reasons, "next_rung": next_rung, "next_reason": next_reason}
+            "reasons_after": reasons, "next_rung": next_rung, "next_reason": next_reason,
+            # Why its verification stopped polling (recover_gate.settled): the gate passed, a grace ran out, ...
+            "settled_reason": settled_reason}
 
 
 # What each acting rung does to the container's service and to the container (gpu_recover_action): the report says it

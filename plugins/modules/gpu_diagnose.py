@@ -42,8 +42,8 @@ description:
   - The driver's C(gpu_recovery_action) of each of the container's GPUs must be C(None). C(Reset) or a drain asks
     for the ladder's GPU reset (after the container is stopped), C(Reboot) is a reboot signal, and an unreadable
     value is not clean. A driver that does not know the field is noted, not judged.
-  - Takes O(samples) samples O(sample_interval) seconds apart; the verdict is C(Clean) only when every
-    sample passes, and a process counts as stuck only when it is in D state in every sample.
+  - Takes O(samples) samples O(sample_interval) seconds apart (fewer with O(stop_when_decided)); the verdict is
+    C(Clean) only when every sample passes, and a process counts as stuck only when it is in D state in every sample.
   - Returns the verdict and the first rung of the ladder the evidence says is needed (it jumps rungs, for
     example straight to the scoped kill when no service runs but escaped processes hold the GPUs). The module only
     reads; the verdict, its reasons, the rung and RV(settled) are decided in one place, C(recover_gate.judge).
@@ -166,6 +166,14 @@ options:
     description:
       - The rung verified is rung 1 and its C(systemctl stop) ran out of the stop timeout. With holders still alive,
         the verification settles at once instead of waiting O(release_grace) (they had SIGTERM for the whole timeout).
+    type: bool
+    default: false
+  stop_when_decided:
+    description:
+      - Take no more samples once one is not clean and no process of the container is in D state or a zombie with
+        live threads in it (recover_gate.sampling_decided). The verdict is then Not clean whatever later samples
+        show, and no process can be stuck in every sample; the rung is chosen from that sample. Rung 0 of
+        recover.yml sets it; a clean sample, or one with such a process, still needs the next.
     type: bool
     default: false
   ignore_baseline:
@@ -556,6 +564,9 @@ def diagnose(module):
         samples.append(take_sample(runner, smi, vmid, container, uvm_majors, container["init_pid"]))
         if samples[-1]["nvidia_smi_hung"]:
             break
+        if p["stop_when_decided"] and gate.sampling_decided(gate.evaluate_sample(samples[-1], baseline, tolerances),
+                                                            samples[-1]):
+            break
     kernel, kernel_evidence = read_kernel(p, kmsg_start)
     ct_memory = pve.container_memory(vmid, container["init_pid"], "/")
     shm_names, shm_why = procs.shm_listing(container["init_pid"], "/")
@@ -653,6 +664,7 @@ def main():
             stuck_grace=dict(type="float", default=30),
             release_grace=dict(type="float", default=60),
             stop_timed_out=dict(type="bool", default=False),
+            stop_when_decided=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

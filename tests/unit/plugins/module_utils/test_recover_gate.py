@@ -403,3 +403,29 @@ def test_an_unverified_holder_outside_the_container_is_only_a_note():
     assert j.verdict == "Clean" and j.reasons == []
     assert ("unverified holder outside CT 131, not judged for it: 902/cat (CT 186): fd 3 /dev/nvidia-x/blob on "
             "fuse.x") in j.notes
+
+
+HELD = [{"index": 6, "uuid": "GPU-6", "memory_used_mib": 86140, "apps": []},
+        {"index": 7, "uuid": "GPU-7", "memory_used_mib": 4, "apps": []}]
+STUCK = {"pid": 77, "comm": "python3", "class": "stuck_fuse", "starttime": 9, "state": "D", "wchan": "fuse_wait"}
+
+
+def test_sampling_is_decided_by_a_sample_not_clean_with_no_odd_process():
+    held = sample(gpus=HELD)
+    assert gate.sampling_decided(gate.evaluate_sample(held, BASE, TOL), held)
+    clean = sample()
+    assert not gate.sampling_decided(gate.evaluate_sample(clean, BASE, TOL), clean)  # Clean needs every sample
+    odd = sample(gpus=HELD, ct_stuck=[STUCK])
+    assert not gate.sampling_decided(gate.evaluate_sample(odd, BASE, TOL), odd)  # stuck needs every sample
+
+
+@pytest.mark.parametrize("later", [sample(), sample(ct_stuck=[STUCK]), sample(gpus=HELD, ct_stuck=[STUCK]),
+                                   sample(ct_holders=[{"pid": 5, "comm": "python3"}])])
+def test_a_decided_sample_fixes_the_verdict_and_the_stuck_processes_whatever_follows(later):
+    """What sampling_decided claims, through judge: after a decided sample no later one makes the verdict Clean or a
+    process stuck."""
+    first = sample(gpus=HELD)
+    assert gate.sampling_decided(gate.evaluate_sample(first, BASE, TOL), first)
+    j = judged([first, later])
+    assert j.verdict == "Not clean" and not j.clean
+    assert j.stuck == [] and j.findings["stuck"] == 0

@@ -25,7 +25,8 @@ BASE67 = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib"
 
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
         declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False, kmsg=None,
-        since=None, tags="inferops-gpu", minors=None, config_devs="dev0: /dev/nvidia6\ndev1: /dev/nvidia7\n"):
+        since=None, tags="inferops-gpu", minors=None, config_devs="dev0: /dev/nvidia6\ndev1: /dev/nvidia7\n",
+        stop_when_decided=False):
     minors = {6: 6, 7: 7} if minors is None else minors
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
@@ -69,7 +70,8 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
     with patch_module_args({"vmid": VMID, "node": "pve1", "declared": DECLARED if declared is None else declared,
                             "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline,
                             "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
-                            "kernel_log": False, "_ansible_check_mode": True, **extra}):
+                            "kernel_log": False, "_ansible_check_mode": True, "stop_when_decided": stop_when_decided,
+                            **extra}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
     return json.loads(capsys.readouterr().out)
@@ -267,3 +269,20 @@ def test_a_minor_the_driver_does_not_number_is_unknown_and_not_clean(monkeypatch
     assert c["gpus"] == [6] and c["gpus_unmapped"] == [7]
     assert res["verdict"] == "Not clean"
     assert any("GPU(s) of the container unknown: /dev/nvidia7" in r and "Minor Number" in r for r in res["reasons"])
+
+
+def _samples_taken(monkeypatch, capsys, tmp_path, **kw):
+    res = run(monkeypatch, capsys, tmp_path, **kw)
+    return res, len(res["evidence"]["samples"])
+
+
+def test_a_decided_first_sample_ends_the_sampling_only_when_asked(monkeypatch, capsys, tmp_path):
+    res, n = _samples_taken(monkeypatch, capsys, tmp_path, used6=86140, baseline=BASE67, stop_when_decided=True)
+    assert (n, res["verdict"], res["recommended_rung"]) == (1, "Not clean", 4)
+    res, n = _samples_taken(monkeypatch, capsys, tmp_path, used6=86140, baseline=BASE67)
+    assert (n, res["verdict"], res["recommended_rung"]) == (2, "Not clean", 4)
+
+
+def test_a_clean_sample_is_always_followed_by_the_next(monkeypatch, capsys, tmp_path):
+    res, n = _samples_taken(monkeypatch, capsys, tmp_path, used6=0, baseline=BASE67, stop_when_decided=True)
+    assert (n, res["verdict"]) == (2, "Clean")
