@@ -102,11 +102,26 @@ def stopped_at(raw: Mapping[str, Any], finished: bool) -> Optional[dict[str, Any
     return {"rung": rung, "name": name, "phase": phase, "msg": msg, "summary": summary}
 
 
+def seen_by_diagnosis(diag: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
+    """The container and its service as a diagnosis read them (gpu_diagnose's evidence: ``pct status``, and
+    ``systemctl show`` of the service through ``pct exec`` when the container runs), None when it did not read both."""
+    evidence = (diag or {}).get("evidence") or {}
+    status = (evidence.get("container") or {}).get("status")
+    service = evidence.get("service") or {}
+    if status not in ("running", "stopped") or (status == "running" and not service.get("checked")):
+        return None
+    running = status == "running"
+    return {"container": status, "enabled": (service.get("unit_file_state") or None) if running else None,
+            "active": (service.get("active_state") or None) if running else None}
+
+
 def _left_read(read: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
     """The container and its service as the run's last read saw them (``pct status``; ``systemctl show`` of the
     service through ``pct exec``), None when not read."""
     if not read:
         return None
+    if read.get("seen"):
+        return dict(read["seen"])
     status = read.get("pct_status") or {}
     text = str(status.get("stdout") or "")
     container = ("running" if "status: running" in text else "stopped" if "status: stopped" in text else "unknown")
@@ -307,7 +322,7 @@ def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
              "budgets": budgets(clean_settings), "rungs": [], "pending": None, "clean": False,
              "next": gate.RUNG_CLEAN, "last_rung": gate.RUNG_CLEAN, "ct_stopped_by_us": False,
              "reboot_needed": False, "baseline_recorded": False, "daemons_down": [], "before": None, "after": None,
-             "in_progress": None, "interrupted": None, "left_read": None}
+             "in_progress": None, "interrupted": None, "left_read": None, "read_current": False}
     return _derive(state)
 
 
@@ -336,6 +351,10 @@ def _derive(state: dict[str, Any]) -> dict[str, Any]:
     last = (state.get("rungs") or [{}])[-1]
     state["unit_stop_timed_out"] = bool(state["climb"] and nxt == gate.RUNG_KILL_HOLDERS
                                         and last.get("rung") == gate.RUNG_STOP_SERVICE and last.get("stop_timed_out"))
+    # The end need not read the container and its service again (report.yml) when the last diagnosis read both and
+    # nothing acted since it.
+    state["left_seen"] = bool(state.get("read_current") and not state.get("interrupted")
+                              and seen_by_diagnosis(after) is not None)
     return state
 
 
@@ -365,6 +384,9 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
     new = dict(state)
     new["rungs"] = list(state.get("rungs") or [])
     progress = state.get("in_progress")
+    if event != "left":
+        # Whether the last diagnosis is still the latest read of the container and its service (nothing acted since).
+        new["read_current"] = event in ("diagnosed", "verified")
     if event == "acting":
         if name not in (None, "record_baseline", "start_container", "reboot"):
             raise LadderError("unknown step %r (record_baseline, start_container, reboot)" % (name,))
@@ -379,6 +401,10 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
         new["interrupted"] = {"task": str(failure.get("task") or ""), "msg": str(failure.get("msg") or "")[-1000:]}
         return _derive(new)
     if event == "left":
+        if state.get("left_seen"):
+            # Nothing acted since the last diagnosis, which read both with the same commands: that read is the end's.
+            new["left_read"] = {"seen": seen_by_diagnosis(state.get("after"))}
+            return _derive(new)
         read = dict(result or {})
         new["left_read"] = {k: {"rc": (read.get(k) or {}).get("rc"), "stdout": str((read.get(k) or {}).get("stdout") or "")[-2000:]}
                             for k in ("pct_status", "service_show")}

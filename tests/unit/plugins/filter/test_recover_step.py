@@ -216,3 +216,43 @@ def test_acting_needs_a_rung_to_act_on():
         recover_step(s, "acting", t0=1.0)
     with pytest.raises(AnsibleFilterError, match="unknown step"):
         recover_step(s, "acting", t0=1.0, name="rm -rf")
+
+
+def seen(status, unit_file_state="disabled", active_state="inactive", checked=True, rung=0):
+    """A diagnosis that read the container's status and, when it runs, its service (gpu_diagnose's evidence)."""
+    d = diag(rung == 0, rung)
+    d["evidence"] = {"container": {"gpus": [0, 1], "status": status},
+                     "service": {"name": "sglang.service", "checked": checked, "unit_file_state": unit_file_state,
+                                 "active_state": active_state}}
+    return d
+
+
+def test_the_end_takes_the_last_diagnosis_read_when_nothing_acted_since():
+    s = recover_step(begin(), "diagnosed", result=diag(False, 1))
+    assert not s["left_seen"]  # this diagnosis did not read the container's status
+    s = recover_step(s, "acting", t0=110.0)
+    s = recover_step(s, "acted", result={"commands": []}, t0=110.0, t1=120.0)
+    assert not s["left_seen"]
+    s = recover_step(s, "verified", result=seen("running"), t1=130.0)
+    assert s["left_seen"]
+    # What the end's commands would say is not taken: the diagnosis read it with the same commands a moment before.
+    s = recover_step(s, "left", result={"pct_status": {"rc": None, "stdout": ""}, "service_show": {"rc": None, "stdout": ""}})
+    rep = report_of(s)["report"]
+    assert (rep["left"]["read"], rep["left"]["container"], rep["left"]["enabled"], rep["left"]["active"]) == (
+        True, "running", "disabled", "inactive")
+    assert rep["left"]["summary"] == "CT 129 is running; sglang.service is disabled and inactive."
+
+
+def test_the_end_reads_again_after_an_action_a_failure_or_an_unread_service():
+    s = recover_step(begin(), "diagnosed", result=seen("running", rung=1))
+    assert s["left_seen"]
+    assert not recover_step(s, "acting", t0=110.0)["left_seen"]
+    assert not recover_step(s, "interrupted", result={"task": "t", "msg": "m"})["left_seen"]
+    assert not recover_step(begin(), "diagnosed", result=seen("running", checked=False))["left_seen"]
+    stopped = recover_step(begin(), "diagnosed", result=seen("stopped", checked=False))
+    assert stopped["left_seen"]
+    rep = report_of(recover_step(stopped, "left", result={}))["report"]
+    assert (rep["left"]["container"], rep["left"]["enabled"], rep["left"]["active"]) == ("stopped", None, None)
+    s = recover_step(recover_step(s, "acting", t0=110.0), "left", result={
+        "pct_status": {"rc": 0, "stdout": "status: stopped\n"}, "service_show": {"rc": 255, "stdout": ""}})
+    assert report_of(s)["report"]["left"]["container"] == "stopped"
