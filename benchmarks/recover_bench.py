@@ -106,6 +106,10 @@ def ladder_waits(rows: list, working: int, spec: dict) -> tuple[float, list]:
     return total, what
 
 
+# --log-dir: each run's ansible-playbook output (its tasks' times with ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks).
+LOG_DIR = None
+
+
 def sh(cmd: str) -> None:
     subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
 
@@ -123,6 +127,9 @@ def run_one(name: str, spec: dict) -> dict:
                           cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     subprocess.run([LABCTL, "fault", "clear", "--vmid", str(VMID)], capture_output=True)
+    if LOG_DIR:
+        with open(os.path.join(LOG_DIR, "recover-%s.log" % name), "a", encoding="utf-8") as handle:
+            handle.write(proc.stdout + proc.stderr)
     if not os.path.exists(report_path):  # refused before the ladder: no report
         return {"fault": name, "rc": proc.returncode, "verdict": "refused", "expected": spec.get("expect", "Clean"),
                 "cleared_by_rung": None, "rungs": [], "playbook_wall_seconds": round(wall, 1),
@@ -181,7 +188,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of %s" % ", ".join(FAULTS))
     ap.add_argument("--repeat", type=int, default=1, help="runs per fault (median and spread; BENCH_FULL=1: 2)")
+    ap.add_argument("--log-dir", help="write each run's ansible-playbook output to DIR/recover-<fault>.log")
     args = ap.parse_args()
+    global LOG_DIR  # pylint: disable=global-statement
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+        LOG_DIR = args.log_dir
     results = []
     print("%-16s %-9s %-10s %7s %6s %8s %6s %8s %7s %9s %16s" % (
         "fault", "verdict", "rungs", "verdict", "spread", "in rung", "share", "outside", "waits", "1.2x+10", "target"))
