@@ -422,6 +422,12 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     return False, "waiting (%.0f s since the rung started)" % elapsed_s
 
 
+def poll_again(settled_now: bool, elapsed_s: float, poll_budget_s: float) -> bool:
+    """Whether a verification diagnoses again: its last diagnosis did not settle (``settled``) and less than
+    ``poll_budget_s`` has passed since its first diagnosis began (so it ends at most one diagnosis past the budget)."""
+    return not settled_now and elapsed_s < poll_budget_s
+
+
 def sampling_decided(evaluation: Mapping[str, Any], sample: Mapping[str, Any]) -> bool:
     """Whether a diagnosis may take no more samples after ``sample`` (judged by ``evaluation``, evaluate_sample's):
     the sample is not clean and no process of the container is odd in it (``ct_stuck``: D state, a zombie with live

@@ -16,7 +16,6 @@ No Ansible imports; unit-tested in tests/unit/plugins/filter/test_recover_report
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
@@ -279,17 +278,19 @@ def _strip(result: Optional[Mapping[str, Any]], also: tuple[str, ...] = ()) -> d
 def budgets(settings: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     """Per rung (as text: the keys of a dict Ansible passes around): the action task's timeout (rung 5's for a
     container with one GPU; the state's action_timeout_s is the one for the container's GPUs), the verification's
-    polling budget, its retries (each poll is two samples ``poll_sample_interval`` apart, plus about 1.5 s) and the
-    timeout of one poll."""
+    polling budget (gpu_diagnose polls in one call until a diagnosis settles or the budget has passed since the
+    first began: recover_gate.poll_again), the most one diagnosis may take (two samples ``poll_sample_interval``
+    apart) and the verification task's timeout (the budget and one more diagnosis)."""
     interval = settings["poll_sample_interval"]
     out: dict[str, dict[str, int]] = {}
     for rung, key in gate.POLL_BUDGET_SETTING.items():
         poll_s = settings[key]
+        one = settings["diagnose_timeout"] + 2 * interval
         out[str(rung)] = {
             "action_timeout_s": gate.action_budget_s(rung, settings) if rung in gate.ACTING_RUNGS else 0,
             "poll_budget_s": poll_s,
-            "poll_retries": max(int(math.ceil(poll_s / (interval + 1.5))), 1),
-            "poll_timeout_s": settings["diagnose_timeout"] + 2 * interval,
+            "poll_timeout_s": one,
+            "verify_timeout_s": poll_s + one,
         }
     return out
 

@@ -176,6 +176,17 @@ options:
         recover.yml sets it; a clean sample, or one with such a process, still needs the next.
     type: bool
     default: false
+  poll_budget:
+    description:
+      - With O(rung_started_at) (a verification), diagnose again O(poll_delay) seconds after each diagnosis that does
+        not settle (RV(settled)), until one settles or this many seconds have passed since the first began; the
+        result is the last diagnosis's. 0 (the default), or without O(rung_started_at), one diagnosis.
+    type: float
+    default: 0
+  poll_delay:
+    description: Seconds between two diagnoses of a verification (O(poll_budget)).
+    type: float
+    default: 1
   ignore_baseline:
     description:
       - Judge without the baseline on disk (even a stale one), as recover_record_baseline does before it records a
@@ -259,6 +270,10 @@ settled_reason:
   description: Why it may stop, or what it waits for.
   returned: always
   type: str
+polls:
+  description: How many diagnoses this call made (more than one only with O(poll_budget)); the result is the last one's.
+  returned: always
+  type: int
 rung_names:
   description: The name of every rung, by number (0 diagnose ... 6 reboot_report), defined once in recover_gate.RUNG_NAMES.
   returned: always
@@ -535,14 +550,33 @@ def read_nvlink(runner, smi, gpus, notes):
 
 
 def diagnose(module):
+    """One diagnosis; with rung_started_at and poll_budget, again after each one that does not settle, until one settles
+    or the budget has passed since the first began (recover_gate.poll_again): the last one's result, with ``polls``."""
     p = module.params
-    vmid = p["vmid"]
     if p["command_timeout"] < 1:
         module.fail_json(msg="command_timeout must be at least 1 (seconds each command may take), got %d"
                          % p["command_timeout"])
+    if p["poll_budget"] < 0 or p["poll_delay"] < 0:
+        module.fail_json(msg="poll_budget and poll_delay are seconds, 0 or more; got %s and %s"
+                         % (p["poll_budget"], p["poll_delay"]))
     runner = Runner(module, p["command_timeout"])
     smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     pct = p["pct_path"] or module.get_bin_path("pct", opt_dirs=["/usr/sbin", "/sbin"])
+    began = time.time()
+    polls = 0
+    while True:
+        result = diagnose_once(module, runner, smi, pct)
+        polls += 1
+        budget = p["poll_budget"] if p["rung_started_at"] is not None else 0
+        if not gate.poll_again(result["settled"], time.time() - began, budget):
+            result["polls"] = polls
+            return result
+        time.sleep(p["poll_delay"])
+
+
+def diagnose_once(module, runner, smi, pct):
+    p = module.params
+    vmid = p["vmid"]
     notes = []
     container, baseline_path, baseline = read_container(module, runner, pct, smi, notes)
     service = read_service(runner, pct, vmid, p["service"], container["status"] == "running")
@@ -665,6 +699,8 @@ def main():
             release_grace=dict(type="float", default=60),
             stop_timed_out=dict(type="bool", default=False),
             stop_when_decided=dict(type="bool", default=False),
+            poll_budget=dict(type="float", default=0),
+            poll_delay=dict(type="float", default=1),
         ),
         supports_check_mode=True,
     )

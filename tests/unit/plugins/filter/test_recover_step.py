@@ -34,8 +34,9 @@ def test_the_state_says_which_rung_to_climb_and_its_budgets():
     s = recover_step(begin(), "diagnosed", result=diag(False, 2))
     assert s["climb"] and s["next"] == 2 and s["rung_name"] == "kill_holders"
     assert not s["record_baseline_now"] and not s["restore_container"] and not s["reboot_now"]
-    # kill: 35 s disable + 10 grace + 60 wait + 30, + 60 slack; polls of 2 samples 2 s apart (+1.5 s each)
-    assert s["budgets"]["2"] == {"action_timeout_s": 195, "poll_budget_s": 60, "poll_retries": 18, "poll_timeout_s": 64}
+    # kill: 35 s disable + 10 grace + 60 wait + 30, + 60 slack; one poll: 60 s + 2 samples 2 s apart; the
+    # verification: its 60 s budget and one more poll
+    assert s["budgets"]["2"] == {"action_timeout_s": 195, "poll_budget_s": 60, "poll_timeout_s": 64, "verify_timeout_s": 124}
     assert s["ladder_ahead"] == ["kill_holders", "unblock_stuck", "stop_container", "reset_gpus", "reboot_report"]
     assert "invocation" not in s["before"]
 

@@ -429,3 +429,13 @@ def test_a_decided_sample_fixes_the_verdict_and_the_stuck_processes_whatever_fol
     j = judged([first, later])
     assert j.verdict == "Not clean" and not j.clean
     assert j.stuck == [] and j.findings["stuck"] == 0
+
+
+@pytest.mark.parametrize("settled_now, elapsed, budget, again", [
+    (True, 0, 60, False),      # settled: the verification ends
+    (False, 10, 60, True),     # waiting, within the budget: diagnose again
+    (False, 60, 60, False),    # the budget has passed since the first diagnosis began
+    (False, 0, 0, False),      # no budget: one diagnosis
+])
+def test_poll_again(settled_now, elapsed, budget, again):
+    assert gate.poll_again(settled_now, elapsed, budget) is again

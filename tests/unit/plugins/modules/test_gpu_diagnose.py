@@ -26,8 +26,9 @@ BASE67 = {"vmid": VMID, "gpus": [{"index": 6, "uuid": "GPU-6", "memory_used_mib"
 def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive", smi_rc=0, config_rc=0,
         declared=None, allow_undeclared=False, action6="None", action_rc=0, ignore_baseline=False, kmsg=None,
         since=None, tags="inferops-gpu", minors=None, config_devs="dev0: /dev/nvidia6\ndev1: /dev/nvidia7\n",
-        stop_when_decided=False):
+        stop_when_decided=False, poll=None):
     minors = {6: 6, 7: 7} if minors is None else minors
+    gpu_queries = []  # one per sample: used6 may be a list, GPU 6's memory.used in each sample in turn
     if baseline is not None:
         (tmp_path / ("%d.json" % VMID)).write_text(json.dumps(baseline))
 
@@ -55,7 +56,9 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
                 return action_rc, 'Field "gpu_recovery_action" is not a valid field to query.\n\n', ""
             return 0, "6, %s\n7, None\n" % action6, ""
         if any(a.startswith("--query-gpu") for a in cmd):
-            return (smi_rc, "" if smi_rc else GPU_CSV.format(used6=used6), "")
+            gpu_queries.append(cmd)
+            now6 = used6[min(len(gpu_queries), len(used6)) - 1] if isinstance(used6, list) else used6
+            return (smi_rc, "" if smi_rc else GPU_CSV.format(used6=now6), "")
         if any(a.startswith("--query-compute-apps") for a in cmd):
             return 0, "", ""
         return 1, "", "unsupported"
@@ -71,7 +74,7 @@ def run(monkeypatch, capsys, tmp_path, used6=0, baseline=None, service="inactive
                             "allow_undeclared": allow_undeclared, "ignore_baseline": ignore_baseline,
                             "samples": 2, "sample_interval": 0, "baseline_dir": str(tmp_path),
                             "kernel_log": False, "_ansible_check_mode": True, "stop_when_decided": stop_when_decided,
-                            **extra}):
+                            **(poll or {}), **extra}):
         with pytest.raises(SystemExit):
             gpu_diagnose.main()
     return json.loads(capsys.readouterr().out)
@@ -286,3 +289,28 @@ def test_a_decided_first_sample_ends_the_sampling_only_when_asked(monkeypatch, c
 def test_a_clean_sample_is_always_followed_by_the_next(monkeypatch, capsys, tmp_path):
     res, n = _samples_taken(monkeypatch, capsys, tmp_path, used6=0, baseline=BASE67, stop_when_decided=True)
     assert (n, res["verdict"]) == (2, "Clean")
+
+
+def test_a_verification_polls_in_one_call_until_a_diagnosis_settles(monkeypatch, capsys, tmp_path):
+    """The memory is held for the first diagnoses (each reads GPUs for the numbering and for its two samples), then
+    released: the call goes on diagnosing until the gate passes, and says how many diagnoses it made."""
+    import time
+    held = [86140] * 6 + [0]
+    res = run(monkeypatch, capsys, tmp_path, used6=held, baseline=BASE67,
+              poll={"after_rung": 4, "rung_started_at": time.time(), "poll_budget": 30, "poll_delay": 0})
+    assert (res["verdict"], res["settled"], res["polls"]) == ("Clean", True, 3)
+
+
+def test_a_verification_stops_polling_when_its_budget_has_passed(monkeypatch, capsys, tmp_path):
+    import time
+    res = run(monkeypatch, capsys, tmp_path, used6=86140, baseline=BASE67,
+              poll={"after_rung": 4, "rung_started_at": time.time(), "poll_budget": 0.3, "poll_delay": 0.1,
+                    "release_grace": 600})
+    # It returned, unsettled, with the last diagnosis's result (how many fit in the budget depends on the machine).
+    assert res["verdict"] == "Not clean" and not res["settled"] and res["settled_reason"].startswith("waiting")
+    assert res["polls"] >= 1
+
+
+def test_without_a_rung_start_one_diagnosis_whatever_the_budget(monkeypatch, capsys, tmp_path):
+    res = run(monkeypatch, capsys, tmp_path, used6=86140, baseline=BASE67, poll={"poll_budget": 30, "poll_delay": 0})
+    assert res["polls"] == 1 and not res["settled"]
