@@ -172,8 +172,9 @@ options:
     description:
       - Take no more samples once one is not clean and no process of the container is in D state or a zombie with
         live threads in it (recover_gate.sampling_decided). The verdict is then Not clean whatever later samples
-        show, and no process can be stuck in every sample; the rung is chosen from that sample. Rung 0 of
-        recover.yml sets it; a clean sample, or one with such a process, still needs the next.
+        show, and no process can be stuck in every sample; the rung is chosen from that sample. recover.yml's
+        diagnoses set it (rung 0 and each poll of a verification); a clean sample, or one with such a process, still
+        needs the next.
     type: bool
     default: false
   poll_budget:
