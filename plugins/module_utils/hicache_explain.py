@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_model import HostPinned, Sizing
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_model import PAGE_TABLE_SHARE, Budget, HostPinned, Sizing
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_pools import placement_text
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_releases import SGLANG_RESERVE_BYTES
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_values import fmt_both, fmt_gb, fmt_gib
 
 
@@ -56,8 +57,7 @@ def _budget_lines(sizing: Sizing) -> List[str]:
             fmt_both(inp.mem_limit_bytes) if inp.mem_limit_bytes is not None else "none",
             fmt_both(budget.basis_bytes),
         ),
-        "  - OS reserve: max(%s, %d%% of %s RAM) = %s"
-        % (fmt_gib(pol["os_reserve_min_bytes"]), round(pol["os_reserve_fraction"] * 100), fmt_gib(budget.ram_bytes), fmt_gb(budget.reserve_bytes)),
+        reserve_text(budget),
         "  - process overhead: %d ranks x %s + front-end %s = %s"
         % (sizing.ranks, fmt_gib(pol["rank_overhead_bytes"]), fmt_gib(pol["frontend_overhead_bytes"]), fmt_gb(budget.processes_bytes)),
     ]
@@ -65,6 +65,14 @@ def _budget_lines(sizing: Sizing) -> List[str]:
         lines.append("  - committed to other engines/services: %s" % fmt_gb(budget.other_committed_bytes))
     lines.append("  = budget for host KV pools: %s, %s per rank." % (fmt_gb(budget.budget_bytes), fmt_gb(budget.per_rank_budget_bytes)))
     lines.append(headroom_text(sizing))
+    if sizing.own_cap_gb is not None:
+        lines.append(
+            "SGLang's own check caps the size at %d: from 0.5.19 each rank's pool must fit an equal share of MemAvailable "
+            "less 10 GiB after the processes loaded (%s / %d ranks), and the dearest rank's pool (its PP stage holds the "
+            "most layers) passes that share before the budget is spent."
+            % (sizing.own_cap_gb, fmt_gb(budget.basis_bytes - budget.overhead_bytes - SGLANG_RESERVE_BYTES),
+               max(inp.tp_size * inp.pp_size // inp.nnodes, 1))
+        )
     if inp.attn_dp_size > 1:
         lines.append(
             "Attention DP: --attn-dp-size %d splits the %d TP ranks into %d attention groups (SGLang 0.5.22+, "
@@ -92,6 +100,34 @@ def _budget_lines(sizing: Sizing) -> List[str]:
             "expensive stage is priced." % rules
         )
     return lines
+
+
+def reserve_text(budget: Budget) -> str:
+    """The OS reserve's arithmetic: SGLang's own 10 GiB, what the host measurably needs, the fraction rule if set."""
+    r = budget.reserve
+    if r is None:  # a Budget built without its parts (never by budget_of)
+        return "  - OS reserve: %s" % fmt_gb(budget.reserve_bytes)
+    if r.idle_source == "given":
+        idle = "idle use %s (idle_used_bytes)" % fmt_gib(r.idle_used_bytes)
+    elif r.idle_source == "outside":
+        idle = ("idle use 0 B (these are a node's facts with the container's limit: the container's own idle use is "
+                "not in them; the plan in the container reads it)")
+    elif r.idle_used_bytes:
+        idle = "idle use %s (MemTotal - MemAvailable of the facts, with no SGLang running)" % fmt_gib(r.idle_used_bytes)
+    else:
+        idle = ("idle use 0 B (the facts show nothing in use: MemAvailable equals MemTotal, as offline where no host is "
+                "read; give mem_available_bytes or idle_used_bytes from the host at idle)")
+    terms = ["SGLang's own %s" % fmt_gib(r.sglang_bytes),
+             "%s + margin %s + page tables of the pools %s (1/%d of the basis) = %s"
+             % (idle, fmt_gib(r.margin_bytes), fmt_gib(r.page_tables_bytes), PAGE_TABLE_SHARE, fmt_gib(r.node_bytes))]
+    if r.fraction:
+        terms.append("%s%% of %s RAM (os_reserve_fraction) = %s" % (_percent(r.fraction), fmt_gib(budget.ram_bytes), fmt_gib(r.fraction_bytes)))
+    return "  - OS reserve: max(%s) = %s" % ("; ".join(terms), fmt_gb(budget.reserve_bytes))
+
+
+def _percent(fraction: float) -> str:
+    text = "%.2f" % (fraction * 100)
+    return text.rstrip("0").rstrip(".")
 
 
 def headroom_text(sizing: Sizing) -> str:

@@ -41,11 +41,18 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing_valu
     ranged_int,
 )
 
+#: The OS reserve's margin over the host's idle use counted twice (docs/sizing.md, "The OS reserve"): jobs that come
+#: and go on the host (an Ansible run's Python, a console, a backup's reads) and the kernel's own growth.
+OS_RESERVE_MARGIN_BYTES = 4 * GIB_BYTES
+
 #: Policy defaults, each documented in docs/sizing.md.
 DEFAULT_POLICY: Dict[str, Any] = {
-    # OS, page cache, agents: the larger of SGLang's own 10 GiB and a share of RAM.
+    # The OS reserve (hicache_model.budget_of): the largest of SGLang's own 10 GiB, what the host measurably needs
+    # (its idle use again, this margin, and the page tables of the pools), and, off by default, a fraction of RAM
+    # (0.10 is the rule before the reserve came from the node).
     "os_reserve_min_bytes": SGLANG_RESERVE_BYTES,
-    "os_reserve_fraction": 0.10,
+    "os_reserve_margin_bytes": OS_RESERVE_MARGIN_BYTES,
+    "os_reserve_fraction": 0.0,
     # RSS of one scheduler process (CUDA context, torch, NCCL) and of the front-end
     # (HTTP server, tokenizer, detokenizer): 8 GiB each until measured (no published figure; docs/sizing.md).
     "rank_overhead_bytes": 8 * GIB_BYTES,
@@ -73,6 +80,7 @@ _OPTIONAL_KEYS = (
         "kv_cache_dtype",
         "device_pool_tokens_per_rank",
         "requested_gb",
+        "idle_used_bytes",
     )
     + tuple("model_" + k for k in GEOMETRY_KEYS)
     + tuple(DEFAULT_POLICY)
@@ -104,6 +112,7 @@ class PlanInput:
     requested_gb: Optional[int] = None
     attn_dp_size: int = 1  # as given (--attn-dp-size); dp_size / enable_dp_attention then carry it
     draft_kv_bytes_per_token: int = 0  # a sidecar draft model's KV bytes per token per rank (0: none)
+    idle_used_bytes: Optional[int] = None  # what the host uses idle, as given (None: read from the memory facts)
     policy: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 
@@ -187,6 +196,7 @@ def validate(data: Mapping[str, Any]) -> PlanInput:
         requested_gb=_requested_gb(data.get("requested_gb"), total),
         attn_dp_size=attn_dp,
         draft_kv_bytes_per_token=draft,
+        idle_used_bytes=_idle_used_bytes(data.get("idle_used_bytes"), total),
         policy=policy,
         warnings=warnings,
     )
@@ -222,6 +232,20 @@ def _attn_dp_size(raw: Any, releases: List[Rules], version: SglangVersion, tp: i
             % (attn_dp, tp)
         )
     return attn_dp
+
+
+def _idle_used_bytes(raw: Any, total: int) -> Optional[int]:
+    """What the host uses with no SGLang running (MemTotal - MemAvailable at idle, as a baseline or preflight reads
+    it), given; None: the plan reads it from the memory facts."""
+    if raw is None:
+        return None
+    value = policy_bytes("idle_used_bytes", raw, total)
+    if value >= total:
+        raise PlanError(
+            "idle_used_bytes=%d bytes is all of the host's RAM (%s): it is what the host uses with no SGLang running "
+            "(MemTotal - MemAvailable, free -b), a small part of it" % (value, fmt_gib(total))
+        )
+    return value
 
 
 def _draft_kv_bytes_per_token(raw: Any) -> int:

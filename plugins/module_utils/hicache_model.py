@@ -88,16 +88,45 @@ def host_load(placement: Placement, pp_size: int, nnodes: int, choice: KvChoice,
     return HostLoad(tuple(sorted(compositions)), placement.tp_per_node * placement.replicas, other_ranks)
 
 
+#: Page tables of the pinned pools: x86-64 maps each 4 KiB page with one 8-byte entry, kernel memory that no
+#: process's RSS shows and that grows with what is pinned: 1/512 of it, priced as 1/512 of the basis (the most that
+#: can be pinned). Hugepage-backed pools (SGLANG_HUGEPAGE_SIZE) need less.
+PAGE_TABLE_SHARE = 512
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """The OS reserve and its parts (docs/sizing.md, "The OS reserve")."""
+
+    sglang_bytes: int  # os_reserve_min_bytes: SGLang's own 10 GiB (HICACHE_HOST_MEMORY_RESERVE_BYTES) or more
+    idle_used_bytes: int  # what the host uses idle: given, or MemTotal - MemAvailable of the facts
+    idle_source: str  # "given", "facts" (MemTotal - MemAvailable), "outside" (a node's facts, a container's limit)
+    margin_bytes: int  # os_reserve_margin_bytes
+    page_tables_bytes: int  # basis / PAGE_TABLE_SHARE
+    fraction: float  # os_reserve_fraction (0: off)
+    fraction_bytes: int  # os_reserve_fraction x RAM
+
+    @property
+    def node_bytes(self) -> int:
+        """What the host measurably needs kept free: its idle use again, the margin and the pools' page tables."""
+        return self.idle_used_bytes + self.margin_bytes + self.page_tables_bytes
+
+    @property
+    def bytes(self) -> int:
+        return max(self.sglang_bytes, self.node_bytes, self.fraction_bytes)
+
+
 @dataclass(frozen=True)
 class Budget:
     """The host's memory and what the pools may take of it (docs/sizing.md, "The arithmetic")."""
 
     basis_bytes: int  # min(MemAvailable, container limit)
     ram_bytes: int  # min(MemTotal, container limit)
-    reserve_bytes: int  # max(os_reserve_min_bytes, os_reserve_fraction x ram)
+    reserve_bytes: int  # Reserve.bytes
     processes_bytes: int  # (ranks + other engines' ranks) x rank overhead + front-end
     other_committed_bytes: int
     ranks: int
+    reserve: Optional[Reserve] = None
 
     @property
     def overhead_bytes(self) -> int:
@@ -118,18 +147,45 @@ class Budget:
         return self.reserve_bytes + self.overhead_bytes + pinned_bytes
 
 
+def reserve_of(inp: PlanInput, basis_bytes: int, ram_bytes: int) -> Reserve:
+    """The OS reserve: the largest of SGLang's own 10 GiB, what the host measurably needs (its idle use, counted
+    again as room for the page cache it runs from and its growth, plus a margin and the pools' page tables), and the
+    fraction of RAM when os_reserve_fraction is set."""
+    pol = inp.policy
+    if inp.idle_used_bytes is not None:
+        idle, source = inp.idle_used_bytes, "given"
+    elif inp.mem_limit_bytes is None or inp.mem_limit_bytes >= inp.mem_total_bytes:
+        # The facts are the host's own view (or the container's own, lxcfs's): what they show in use is its idle use.
+        idle, source = max(inp.mem_total_bytes - inp.mem_available_bytes, 0), "facts"
+    else:
+        # A node's facts with a container's limit below its RAM (the deploy's node gate, before the container runs):
+        # the container's own use is not in them; the launch in the container reads it.
+        idle, source = 0, "outside"
+    return Reserve(
+        sglang_bytes=pol["os_reserve_min_bytes"],
+        idle_used_bytes=int(idle),
+        idle_source=source,
+        margin_bytes=pol["os_reserve_margin_bytes"],
+        page_tables_bytes=basis_bytes // PAGE_TABLE_SHARE,
+        fraction=pol["os_reserve_fraction"],
+        fraction_bytes=int(pol["os_reserve_fraction"] * ram_bytes),
+    )
+
+
 def budget_of(inp: PlanInput, ranks: int) -> Budget:
     pol = inp.policy
     limit = inp.mem_limit_bytes
     basis = inp.mem_available_bytes if limit is None else min(inp.mem_available_bytes, limit)
     ram = inp.mem_total_bytes if limit is None else min(inp.mem_total_bytes, limit)
+    reserve = reserve_of(inp, basis, ram)
     return Budget(
         basis_bytes=basis,
         ram_bytes=ram,
-        reserve_bytes=max(pol["os_reserve_min_bytes"], int(pol["os_reserve_fraction"] * ram)),
+        reserve_bytes=reserve.bytes,
         processes_bytes=ranks * pol["rank_overhead_bytes"] + pol["frontend_overhead_bytes"],
         other_committed_bytes=pol["other_committed_bytes"],
         ranks=ranks,
+        reserve=reserve,
     )
 
 
@@ -161,6 +217,27 @@ def smallest_size_above_device(case: Case, page: int, device_tokens: int, ceilin
         else:
             low = middle
     return high
+
+
+def own_check_cap_gb(case: Case, inp: PlanInput, budget: Budget, page: int, ceiling_gb: int) -> Optional[int]:
+    """The largest H up to ceiling_gb that SGLang's own check (0.5.19+: an equal share of MemAvailable - 10 GiB per
+    rank) accepts for every rank, with MemAvailable after the processes loaded (the basis less the overheads the plan
+    budgets); None for the releases that check each rank against the whole host (up to 0.5.18)."""
+    if case.rules.guard_divisor == "none" or ceiling_gb < 1:
+        return None
+    share = (budget.basis_bytes - budget.overhead_bytes - SGLANG_RESERVE_BYTES) // max(inp.tp_size * inp.pp_size // inp.nnodes, 1)
+
+    def accepted(size_gb: int) -> bool:
+        return all(max(p.requested_bytes, p.index_requested_bytes, p.draft_requested_bytes) <= share
+                   for p in stage_pools(size_gb, case.choice, page, case.rules))
+
+    if accepted(ceiling_gb):
+        return ceiling_gb
+    low, high = 0, ceiling_gb  # accepted(low) or low == 0; not accepted(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if accepted(middle) else (low, middle)
+    return low
 
 
 @dataclass(frozen=True)
@@ -248,6 +325,7 @@ class Sizing:
     load: HostPinned  # the pools at chosen_gb, in the shown case
     best: Optional[HostPinned]  # the dearest case's pools at max_gb (when max_gb >= min_gb)
     guards: List[GuardCheck]  # SGLang's own check of a requested size, one per distinct behaviour
+    own_cap_gb: Optional[int] = None  # the largest size SGLang 0.5.19+'s own check accepts, where it binds
 
     @property
     def fits(self) -> bool:
@@ -298,6 +376,11 @@ def size_host(inp: PlanInput) -> Sizing:
         return hosts[id(case.choice)].pinned(case, size, page)
 
     max_by_case = [largest_fitting_size_gb(budget.budget_bytes, case, hosts[id(case.choice)], page) for case in cases]
+    # SGLang 0.5.19+ refuses a rank whose pool exceeds an equal share of MemAvailable - 10 GiB (after the processes
+    # loaded): where the stages' pools differ (PP), the budget alone can let the dearest rank past its share.
+    caps = [own_check_cap_gb(case, inp, budget, page, fitting) for case, fitting in zip(cases, max_by_case)]
+    budget_max_gb = min(max_by_case)
+    max_by_case = [fitting if cap is None else min(fitting, cap) for fitting, cap in zip(max_by_case, caps)]
     max_gb = min(max_by_case)
     device_cases = [case for case in cases if case.rules.asserts_host_exceeds_device]
     chosen = inp.requested_gb if inp.requested_gb is not None else max_gb
@@ -341,6 +424,7 @@ def size_host(inp: PlanInput) -> Sizing:
         load=load,
         best=best,
         guards=guards,
+        own_cap_gb=max_gb if max_gb < budget_max_gb else None,
     )
 
 

@@ -24,7 +24,8 @@ RELEASES = [(0, 4, 9), (0, 4, 10)] + [(0, 5, n) for n in range(1, 24)]
 # docs/sizing.md, "Policy defaults".
 POLICY_DEFAULTS = {
     "os_reserve_min_bytes": 10 * GIB,
-    "os_reserve_fraction": 0.10,
+    "os_reserve_margin_bytes": 4 * GIB,
+    "os_reserve_fraction": 0.0,
     "rank_overhead_bytes": 8 * GIB,
     "frontend_overhead_bytes": 8 * GIB,
     "other_committed_bytes": 0,
@@ -300,7 +301,14 @@ def demand_on_node(inp: Dict, node: Node) -> Tuple[int, int]:
     limit = inp.get("mem_limit_bytes")
     ram = total if limit is None else min(total, int(limit))
     basis = available if limit is None else min(available, int(limit))
-    reserve = max(int(policy["os_reserve_min_bytes"]), int(float(policy["os_reserve_fraction"]) * ram))
+    # docs/sizing.md, "The OS reserve": SGLang's own 10 GiB; what the host needs (its idle use, given or what the
+    # facts show in use, counted again, a margin, and one 8-byte page-table entry per 4 KiB page of the basis); the
+    # fraction of RAM when set.
+    idle = inp.get("idle_used_bytes")
+    if idle is None:  # what the facts show in use, unless they are a node's with a container limit below its RAM
+        idle = max(total - available, 0) if limit is None or int(limit) >= total else 0
+    node_needs = idle + int(policy["os_reserve_margin_bytes"]) + basis * 8 // 4096
+    reserve = max(int(policy["os_reserve_min_bytes"]), node_needs, int(float(policy["os_reserve_fraction"]) * ram))
     others = int(policy["other_engine_ranks"])
     processes = (node.processes + others) * int(policy["rank_overhead_bytes"]) + int(policy["frontend_overhead_bytes"])
     pools = node.pinned_bytes + others * node.largest_rank_bytes

@@ -56,7 +56,7 @@ NUMERIC_KEYS = [
     "nnodes", "kv_bytes_per_token", "model_num_layers", "model_kv_lora_rank", "model_qk_rope_head_dim", "model_num_kv_heads",
     "model_head_dim", "model_index_head_dim", "model_num_attention_heads", "device_pool_tokens_per_rank", "requested_gb",
     "os_reserve_min_bytes", "os_reserve_fraction", "rank_overhead_bytes", "frontend_overhead_bytes", "other_committed_bytes",
-    "other_engine_ranks", "page_size", "attn_dp_size", "draft_kv_bytes_per_token",
+    "other_engine_ranks", "page_size", "attn_dp_size", "draft_kv_bytes_per_token", "os_reserve_margin_bytes", "idle_used_bytes",
 ]
 KEYS = [
     "mem_total_bytes", "mem_available_bytes", "mem_limit_bytes", "gpu_count", "gpu_memory_mib", "sglang_version",
@@ -65,7 +65,7 @@ KEYS = [
     "model_head_dim", "model_index_head_dim", "model_num_attention_heads", "kv_cache_dtype",
     "device_pool_tokens_per_rank", "requested_gb", "os_reserve_min_bytes", "os_reserve_fraction", "rank_overhead_bytes",
     "frontend_overhead_bytes", "other_committed_bytes", "other_engine_ranks", "page_size", "attn_dp_size",
-    "draft_kv_bytes_per_token",
+    "draft_kv_bytes_per_token", "os_reserve_margin_bytes", "idle_used_bytes",
 ]
 
 BOOL = st.booleans()
@@ -193,6 +193,10 @@ def layouts(draw):
         inp["os_reserve_min_bytes"] = min(total, pick(draw, [10 * GIB, 16 * GIB, 32 * GIB]))
     if draw(BOOL):
         inp["os_reserve_fraction"] = pick(draw, [0.0, 0.02, 0.05, 0.1, 0.25])
+    if draw(BOOL):
+        inp["os_reserve_margin_bytes"] = min(total, pick(draw, [0, 64 * MIB, GIB, 4 * GIB, 32 * GIB]))
+    if draw(BOOL):
+        inp["idle_used_bytes"] = pick(draw, [0, 2 * MIB, 3 * GIB, total // 40, total // 2])
     if draw(BOOL):
         inp["rank_overhead_bytes"] = pick(draw, [0, 256 * MIB, 2 * GIB, 8 * GIB, 16 * GIB])
     if draw(BOOL):

@@ -132,7 +132,7 @@ def test_sglang_guard_lets_the_incident_through_on_0_5_9_and_refuses_it_on_0_5_2
 def test_size_host_gives_every_figure_plan_returns():
     s = sizing(requested_gb=300)
     result = hicache.plan(dict(INCIDENT, requested_gb=300))
-    assert not s.fits and s.chosen_gb == 300 and s.max_gb == result["max_per_rank_gb"] == 44
+    assert not s.fits and s.chosen_gb == 300 and s.max_gb == result["max_per_rank_gb"] == 48
     assert result["total_pinned_bytes"] == s.load.total_bytes and result["engine_pinned_bytes"] == s.load.engine_bytes
     assert result["required_available_bytes"] == s.required_available_bytes
     assert result["ceiling_bytes"] == s.ceiling_bytes == s.load.engine_bytes + s.budget.overhead_bytes
@@ -159,5 +159,5 @@ def test_picture_shows_the_models_figures():
     s = sizing()
     lines = explain.picture(s)
     assert lines[0].startswith("Host memory basis 477.8 GB")
-    assert "(8 ranks x 44.0 GB)" in lines[4]
-    assert explain.explain(s)[-1].startswith("Plan: --hicache-size 44 per rank -> 8 ranks x 44.0 GB = 352.0 GB pinned")
+    assert "(8 ranks x 48.0 GB)" in lines[4]
+    assert explain.explain(s)[-1].startswith("Plan: --hicache-size 48 per rank -> 8 ranks x 48.0 GB = 384.0 GB pinned")

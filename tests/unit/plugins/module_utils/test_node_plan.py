@@ -68,11 +68,11 @@ def test_the_second_container_is_planned_against_what_the_first_leaves():
 
 
 def test_the_table_names_each_unit_of_the_pools():
-    # 4 x 85 GB beside 316.7 GiB read as arithmetic that does not add up: each unit is named, and both totals shown.
+    # 4 x 93 GB beside 346.5 GiB read as arithmetic that does not add up: each unit is named, and both totals shown.
     lines = plan([ct("ct129", 129, [0, 1, 2, 3], 400)])["table"]
     assert lines[0].startswith("guest") and lines[0].endswith("(GiB = 2^30 bytes, GB = 10^9 bytes)")
     row = next(line for line in lines if line.startswith("CT 129"))
-    assert "4 ranks x 85 GB -> 340.0 GB = 316.7 GiB" in row
+    assert "4 ranks x 93 GB -> 372.0 GB = 346.5 GiB" in row
 
 
 def overflow(version):

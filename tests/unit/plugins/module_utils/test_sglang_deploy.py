@@ -519,12 +519,12 @@ INCIDENT_INPUT = {"mem_total_bytes": 482110078976, "mem_available_bytes": 477815
 @pytest.mark.parametrize("blank", [None, "", 0, "0"])
 def test_calculate_blank_requested_size_lets_the_plan_choose(blank):
     plan = d.calculate(INCIDENT_INPUT, blank)["plan"]
-    assert plan["fits"] and plan["per_rank_gb"] == 44
+    assert plan["fits"] and plan["per_rank_gb"] == 48
 
 
 def test_calculate_requested_size_forms():
     assert d.calculate(INCIDENT_INPUT, "44")["plan"]["per_rank_gb"] == 44
-    assert d.calculate(dict(INCIDENT_INPUT, requested_gb=""), None)["plan"]["per_rank_gb"] == 44
+    assert d.calculate(dict(INCIDENT_INPUT, requested_gb=""), None)["plan"]["per_rank_gb"] == 48
     assert d.calculate(dict(INCIDENT_INPUT, requested_gb=300), None)["plan"]["fits"] is False
     with pytest.raises(d.DeployError, match=r"^plan_requested_gb='300GB': give a bare whole number"):
         d.calculate(INCIDENT_INPUT, "300GB")
