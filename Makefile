@@ -37,6 +37,7 @@ help:
 	@echo "make plan     print a HiCache sizing plan (VARS=playbooks/vars/examples/<file>.yml)"
 	@echo "make lab / make lab-down   bring the lab up / tear it down"
 	@echo "make bench    run the benchmarks (under 15 min; BENCH_FULL=1 for the full grid, about 36 min)"
+	@echo "make bench-capacity  the sizing plan at real host sizes (no lab; seconds)"
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install one (ansible-core 2.21 needs it) or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -208,12 +209,18 @@ BENCH_FULL ?=
 BENCH_DEPLOY_ARGS  := $(if $(BENCH_FULL),--full 2 --reruns 2,)
 BENCH_SIZING_ARGS  := $(if $(BENCH_FULL),--grid full,--grid quick)
 BENCH_RECOVER_ARGS := $(if $(BENCH_FULL),--repeat 2,)
-bench: lab $(BIN)/.stamp-bench eda-setup
+bench: lab $(BIN)/.stamp-bench eda-setup bench-capacity
 	"$(BIN)/python" benchmarks/deploy_bench.py $(BENCH_DEPLOY_ARGS)
 	"$(BIN)/python" benchmarks/sizing_bench.py $(BENCH_SIZING_ARGS)
 	"$(BIN)/python" benchmarks/recover_bench.py $(BENCH_RECOVER_ARGS)
 	"$(BIN)/python" benchmarks/eda_bench.py
 	"$(BIN)/python" benchmarks/plot.py
+
+# The capacity grid (docs/sizing.md, "Capacity at real host sizes"): the plan at real host sizes (256 GiB to 4 TiB)
+# against SGLang's own check and the safe budget; pure Python, no lab, a few seconds. reports/bench-capacity.{json,png}.
+.PHONY: bench-capacity
+bench-capacity: setup $(BIN)/.stamp-bench
+	"$(BIN)/python" benchmarks/capacity_bench.py
 
 # Event-Driven Ansible (extensions/eda/, docs/recover.md "Unattended recovery"): ansible-rulebook in its own
 # virtualenv (its pins are its own: extensions/eda/requirements.txt); its Java runtime comes with the lab's packages

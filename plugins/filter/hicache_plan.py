@@ -47,8 +47,14 @@ options:
         token, 10**18 bytes of RAM) is refused with the unit it looks like.
       - C(device_pool_tokens_per_rank) (max_total_num_tokens from SGLang's /server_info) checks SGLang <= 0.5.14's
         start-up assertion exactly.
-      - Policy overrides C(os_reserve_min_bytes) (10 GiB), C(os_reserve_fraction) (0.10 of RAM), C(rank_overhead_bytes)
-        (8 GiB), C(frontend_overhead_bytes) (8 GiB), C(other_committed_bytes) (0), C(other_engine_ranks) (0), C(page_size) (64).
+      - C(idle_used_bytes) what the host uses with no SGLang running (MemTotal - MemAvailable at idle); not given, the
+        plan reads it from C(mem_total_bytes) - C(mem_available_bytes) (0 for a node's facts with a container limit below
+        its RAM). The OS reserve is the largest of C(os_reserve_min_bytes), that idle use again plus
+        C(os_reserve_margin_bytes) plus the pools' page tables (1/512 of the basis), and C(os_reserve_fraction) of RAM.
+      - Policy overrides C(os_reserve_min_bytes) (10 GiB, SGLang's own reserve; no less), C(os_reserve_margin_bytes)
+        (4 GiB), C(os_reserve_fraction) (a fraction of RAM, 0 to 0.9; default 0, off; 0.10 is the rule before the
+        reserve came from the node), C(rank_overhead_bytes) (8 GiB), C(frontend_overhead_bytes) (8 GiB),
+        C(other_committed_bytes) (0), C(other_engine_ranks) (0), C(page_size) (64).
       - C(requested_gb) a per-rank size to check instead of computing one.
     type: dict
     required: true

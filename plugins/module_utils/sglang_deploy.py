@@ -31,7 +31,7 @@ import ipaddress
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, overhead_offer
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_releases import release_rules
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import (
     SHOWN,
@@ -483,11 +483,16 @@ def overhead_seen(ln: Mapping[str, Any], ranks_held: int, unit_held: int, ranks_
     ranks_beyond = max(ranks_held - planned_pools, 0)
     per_rank = ranks_beyond // ranks_seen if ranks_seen else 0
     frontend = max(unit_held - ranks_held, 0)
+    offered = overhead_offer.offer(per_rank, frontend, ranks_seen)
     return {
         "per_rank_bytes": per_rank,
         "frontend_bytes": frontend,
         "total_bytes": ranks_beyond + frontend,
         "budgeted_bytes": budgeted,
+        # Offered for the next plan, never applied: the report prints it, the next plan of this host reads it back
+        # from the report (overhead_offer.offer_note).
+        "offer": offered["settings"],
+        "offer_text": offered["text"],
         "text": "processes beyond the pools: %s per rank (%d ranks) + front-end %s = %s, against the %s the plan budgets "
                 "(rank_overhead_bytes x ranks + frontend_overhead_bytes + other_committed_bytes)"
                 % (fmt_gb(per_rank), ranks_seen, fmt_gb(frontend), fmt_gb(ranks_beyond + frontend), fmt_gb(budgeted)),

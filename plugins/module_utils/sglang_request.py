@@ -16,6 +16,7 @@ import math
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import overhead_offer
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_pools import place_ranks
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache_releases import parse_version, release_rules
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import (
@@ -307,6 +308,10 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
     requested = parse_requested_gb(s.get("requested_gb"))
     if requested:
         plan_base["requested_gb"] = requested
+    # The overheads this host's last verify measured (its deploy report), offered, never applied.
+    offered = overhead_offer.offer_note(s.get("last_report"), policy, str(s.get("inventory_hostname") or "this host"))
+    if offered:
+        notes.append(offered)
 
     host = _host(s.get("host"))
     api_key_set = as_bool("an API key being set", s.get("api_key_set", False), DeployError)

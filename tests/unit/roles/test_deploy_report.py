@@ -27,7 +27,7 @@ FIGURES = {
     "__sglang_server_launch_result": {"launch": {"hicache_size_gb": 1, "ranks": 2, "bind_host": "10.0.0.5", "plan": {
         "picture": PICTURE, "explain": EXPLAIN, "warnings": ["a warning"]}}},
     "__sglang_server_verify": {"verify": {"ok": True, "mismatches": [], "memory_text": "pinned 2.0 GB as planned",
-                                          "overhead_seen": {"text": "0.4 GiB per rank"}}},
+                                          "overhead_seen": {"text": "0.4 GiB per rank", "offer_text": "for the next plan"}}},
     "__sglang_server_report": {"server": {"nnodes": 1, "node_rank": 0, "group": "", "members": []}},
 }
 
