@@ -142,7 +142,7 @@ def headroom_text(sizing: Sizing) -> str:
     return (
         "Headroom the policy keeps: %s (%s) for the OS reserve and %d ranks' and the front-end's processes; "
         "the per-rank %s and front-end %s are this collection's budget, not a measured SGLang figure (none is published): "
-        "the deploy's verify reports what the running processes use, so measure and override them."
+        "the deploy's verify measures what the running processes use and offers it for the next plan (never applied)."
         % (
             fmt_gb(kept),
             share,

@@ -251,7 +251,9 @@ def calculate_node(plan_input: Any, requests: Mapping[str, Mapping[str, Any]], c
     notes = ["Planned offline for node %s from the inventory: %d container(s), against the node's RAM %s%s. The node's "
              "other guests are not read here (deploy reads them from the PVE API and counts them)."
              % (node_name, len(containers), fmt_gib(total),
-                "" if "mem_available_bytes" in given else " (MemAvailable taken as MemTotal: give mem_available_bytes)")]
+                "" if "mem_available_bytes" in given else
+                " (MemAvailable taken as MemTotal: give mem_available_bytes; the OS reserve then counts the node's idle use "
+                "as 0, which deploy reads on the node and in each container)")]
     return {"node_plan": result, "notes": notes}
 
 

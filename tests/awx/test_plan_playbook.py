@@ -84,7 +84,7 @@ def test_requested_size_override():
 def test_blank_requested_size_lets_the_plan_choose(answer, tmp_path):
     rc, out = plan("-e", INCIDENT, extra_file="!unsafe 'plan_requested_gb': %s\n" % answer, tmp_path=tmp_path)
     assert rc == 0, out
-    assert "msg: --hicache-size 44" in out
+    assert "msg: --hicache-size 48" in out
     assert "requested_gb must be at least 1" not in out
 
 

@@ -428,8 +428,8 @@ def test_operator_plan_from_the_shipped_example(operator):
     assert rc == 0
     shown = printed_list(out, "Show the plan")
     assert shown == shown_plan(in_process_plan(operator, plan_input))
-    assert any(line.startswith("Plan: --hicache-size 44 per rank") for line in shown), shown  # the incident's answer
-    assert '"msg": "--hicache-size 44"' in out
+    assert any(line.startswith("Plan: --hicache-size 48 per rank") for line in shown), shown  # the incident's answer
+    assert '"msg": "--hicache-size 48"' in out
 
 
 def test_operator_plan_refuses_the_incident_size_once(operator):
@@ -443,7 +443,7 @@ def test_operator_plan_refuses_the_incident_size_once(operator):
     assert not calculation["plan"]["fits"]
     assert shown == shown_plan(calculation)
     # The arithmetic once (the plan shown), the refusal one short line (the error and the failed result repeat it).
-    assert out.count("DOES NOT FIT") == 1 and out.count("Largest safe value: --hicache-size 44") == 1, out
+    assert out.count("DOES NOT FIT") == 1 and out.count("Largest safe value: --hicache-size 48") == 1, out
     assert any(line.startswith("Requested --hicache-size 300: 8 ranks x 300.0 GB = 2400.0 GB pinned") for line in shown)
     assert f"[ERROR]: Task failed: Action failed: {PLAN_REFUSED}" in out and f'"msg": "{PLAN_REFUSED}"' in out
 
