@@ -47,7 +47,7 @@ def test_no_host_is_contacted():
     rc, out = plan("-i", "inventories/example/hosts.yml", "-e", "plan_host=ct129")
     assert rc == 0, out
     assert "unreachable=0" in out and "UNREACHABLE" not in out
-    assert "tp 8 x pp 1 over 1 node(s), 8 GPU(s)" in out and "msg: --hicache-size 43" in out
+    assert "tp 8 x pp 1 over 1 node(s), 8 GPU(s)" in out and "msg: --hicache-size 48" in out
 
 
 def test_layout_override_is_honoured():

@@ -131,8 +131,8 @@ def test_a_plan_job_runs_from_the_site_project(site_project, tmp_path):
     paths = result["safe_env"]["ANSIBLE_COLLECTIONS_PATHS"].split(os.pathsep)
     assert paths[0] == str(pdd / "requirements_collections") and not any(ROOT in p for p in paths), paths
     # Either callback format (the site has no ansible.cfg: ansible-core's default callback prints msg as JSON).
-    assert "tp 8 x pp 1 over 1 node(s), 8 GPU(s)" in out and "--hicache-size 43" in out
-    assert result["artifact_data"]["hicache_plan"]["per_rank_gb"] == 43
+    assert "tp 8 x pp 1 over 1 node(s), 8 GPU(s)" in out and "--hicache-size 48" in out
+    assert result["artifact_data"]["hicache_plan"]["per_rank_gb"] == 48
 
 
 def test_a_playbook_the_site_does_not_hold_is_refused(site_project, tmp_path):
