@@ -184,9 +184,9 @@ def summarise(rows):
         "goal_below_95": sum(u < 0.95 for u in used),
         "by_ram_exact_min_used": {str(g): min((r["used_of_safe"] for r in planned if r["exact"] and r["ram_gib"] == g), default=None)
                                   for g in RAMS_GIB},
-        "by_ram_exact_median_used": {str(g): statistics.median([r["used_of_safe"] for r in planned
-                                                                 if r["exact"] and r["ram_gib"] == g] or [0])
-                                     for g in RAMS_GIB},
+        "by_ram_exact_median_used": {
+            str(g): statistics.median([r["used_of_safe"] for r in planned if r["exact"] and r["ram_gib"] == g] or [0])
+            for g in RAMS_GIB},
     }
 
 
@@ -208,8 +208,8 @@ def print_table(rows, summary, label, elapsed):
     s = summary
     print()
     print("%d shapes x releases planned (%d refused by SGLang itself) in %.1f s: unsafe %d, false refusals %d, plan's size "
-          "refused by SGLang's own check %d" % (s["shapes"], s["refused_by_sglang"], elapsed, s["unsafe"], s["false_refusals"],
-                                                 s["plan_refused_by_sglang_check"]))
+          "refused by SGLang's own check %d"
+          % (s["shapes"], s["refused_by_sglang"], elapsed, s["unsafe"], s["false_refusals"], s["plan_refused_by_sglang_check"]))
     print("false refusals by idle profile: %s; with the plan's reserve at SGLang's own 10 GiB: %d (the others keep what "
           "the host needs beyond it, or a fraction of RAM)" % (", ".join("%s %d" % kv for kv in s["false_refusals_by_idle"].items()),
                                                                s["false_refusals_reserve_at_sglang_floor"]))

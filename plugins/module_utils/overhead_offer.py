@@ -97,8 +97,9 @@ def offer_note(record: Any, policy: Mapping[str, Any], host: str) -> Optional[st
     in_effect = {key: _in_effect(policy, key) for key in OFFER_KEYS}
     if all(in_effect[key] == value for key, value in settings.items()):
         return None
-    effect_text = ", ".join("%s %s%s" % (key, fmt_gib(value) if value is not None else "unreadable",
-                                          "" if key in policy else " (the default)") for key, value in in_effect.items())
+    effect_text = ", ".join(
+        "%s %s%s" % (key, fmt_gib(value) if value is not None else "unreadable", "" if key in policy else " (the default)")
+        for key, value in in_effect.items())
     return ("measured overheads, offered and not applied: %s's last deploy%s%s measured %s per rank (%d ranks) and a "
             "front-end of %s beyond the pools; to plan with them, set sglang_server_hicache_policy: {rank_overhead_bytes: "
             "%d, frontend_overhead_bytes: %d} (the measurement plus a quarter, whole GiB; docs/sizing.md). In effect: %s."
