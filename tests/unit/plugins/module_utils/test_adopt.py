@@ -76,19 +76,19 @@ def test_find_servers_takes_the_launcher_and_counts_its_renamed_ranks():
 # --- the running size, judged by the sizing model --------------------------------------------------------------------
 
 def test_the_incident_container_is_named_overcommit_before_anything_changes():
-    """449 GiB node, TP 8, a running --hicache-size 300: 2400 GB asked of a ~329 GB budget."""
+    """449 GiB node, TP 8, a running --hicache-size 300: 2400 GB asked of a ~363 GB budget."""
     s = a.parse_server_argv(INCIDENT_ARGV, 4242, 4242)
     judged = a.judge_running(rq.request(SETTINGS)["plan_base"], s, incident_facts())
     assert judged["fits"] is False
-    assert judged["verdict"].startswith("your running --hicache-size 300 x 8 ranks does not fit: 2400 GB vs 329 GB")
-    assert "OVERCOMMIT" in judged["verdict"] and "41 GB per rank" in judged["verdict"]
-    assert judged["plan"]["total_pinned_bytes"] > 7 * judged["plan"]["budget_bytes"]
+    assert judged["verdict"].startswith("your running --hicache-size 300 x 8 ranks does not fit: 2400 GB vs 363 GB")
+    assert "OVERCOMMIT" in judged["verdict"] and "45 GB per rank" in judged["verdict"]
+    assert judged["plan"]["total_pinned_bytes"] > 6 * judged["plan"]["budget_bytes"]
 
 
 def test_52_x_8_is_judged_with_the_figures_of_the_model():
     s = a.parse_server_argv(INCIDENT_ARGV[:9] + ["52"], 1, 1)
     judged = a.judge_running(rq.request(SETTINGS)["plan_base"], s, incident_facts())
-    assert judged["fits"] is False and "--hicache-size 52 x 8 ranks does not fit: 416 GB vs 329 GB" in judged["verdict"]
+    assert judged["fits"] is False and "--hicache-size 52 x 8 ranks does not fit: 416 GB vs 363 GB" in judged["verdict"]
 
 
 def test_a_size_that_fits_is_said_to_fit():
@@ -237,7 +237,7 @@ def test_the_report_names_everything_for_the_incident():
     steps = a.take_over(129, servers, a.passthrough_decision(p, range(8)), rows, 41, "sglang.service", False, False, True)
     text = "\n".join(a.report_lines(129, "ct129", rows, p, servers, judged, "The plan: 41 GB per rank", steps,
                                     a.port_owner(30000, servers, "sglang.service")))
-    assert "does not fit: 2400 GB vs 329 GB" in text and "OVERCOMMIT" in text
+    assert "does not fit: 2400 GB vs 363 GB" in text and "OVERCOMMIT" in text
     assert "raw lxc lines" in text and "nvidia-smi GPU 7" in text and "MAPPED TWICE" not in text
     assert "[INTERRUPTS the server]" in text and "STOP:" in text and "held by your server" in text
 
