@@ -47,6 +47,21 @@ _MANAGED_ELSEWHERE = {
 _NOT_CONFIG_KEYS = frozenset({"digest", "lxc", "vmid", "node", "delete", "revert"})
 
 
+def env_value(variables: Iterable[Any]) -> str:
+    """PVE 9's ``env`` option from a list of NAME=value strings: NUL-separated, as the API takes it (pct.conf(5);
+    pve-container stores each as a ``lxc.environment.runtime`` line)."""
+    out = []
+    for item in variables:
+        text = str(item)
+        if not re.match(r"^\w+=", text) or "\0" in text or "\n" in text:
+            raise ConfigError(
+                f"extra_config env: each item must be NAME=value (letters, digits, '_' before '=', no newline), "
+                f"got {text!r}"
+            )
+        out.append(text)
+    return "\0".join(out)
+
+
 def _props_value(value: Any, what: str) -> str:
     """A property-string option given as a string or as a dict of key: value."""
     if isinstance(value, Mapping):
@@ -130,6 +145,8 @@ def build_desired_config(
             continue
         if isinstance(value, Mapping):
             text = _props_value(value, f"extra_config.{key}")
+        elif key == "env" and isinstance(value, (list, tuple)):
+            text = env_value(value)
         else:
             text = normalize_scalar(key, value)
         if option_base(key) == "dev":
@@ -335,7 +352,7 @@ def _conf_value(value: Any) -> str:
 
 
 def render_conf(config: Optional[Mapping[str, Any]]) -> str:
-    """PVE's conf text form: description as '#' comments, keys sorted, raw lxc.* keys last."""
+    """PVE's conf text form: description as '#' comments, keys sorted, ``env`` and raw lxc.* keys last."""
     if not config:
         return ""
     lines: list[str] = []
@@ -344,9 +361,14 @@ def render_conf(config: Optional[Mapping[str, Any]]) -> str:
         for line in str(description).splitlines():
             lines.append("#" + line)
     for key in sorted(config):
-        if key in ("digest", "description", "lxc") or config[key] is None:
+        if key in ("digest", "description", "lxc", "env") or config[key] is None:
             continue
         lines.append(f"{key}: {_conf_value(config[key])}")
+    # PVE 9 writes ``env`` as one lxc.environment.runtime line per variable, before the other raw keys
+    # (pve-container LXC/Config.pm write_pct_config).
+    for variable in str(config.get("env") or "").split("\0"):
+        if variable:
+            lines.append(f"lxc.environment.runtime: {variable}")
     raw = config.get("lxc") or []
     for item in raw:
         if isinstance(item, (list, tuple)) and len(item) == 2:

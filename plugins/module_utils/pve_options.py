@@ -38,17 +38,17 @@ _DEFAULT_KEY: dict[str, Optional[str]] = {
 # Boolean keys inside property strings (PVE accepts 1/0/yes/no/on/off/true/false, stores 1/0).
 _BOOL_KEYS: dict[str, frozenset[str]] = {
     "rootfs": frozenset({"acl", "backup", "quota", "replicate", "ro", "shared"}),
-    "mp": frozenset({"acl", "backup", "quota", "replicate", "ro", "shared"}),
+    "mp": frozenset({"acl", "backup", "quota", "replicate", "ro", "shared", "keepattrs"}),
     "dev": frozenset({"deny-write"}),
-    "net": frozenset({"firewall", "link_down"}),
+    "net": frozenset({"firewall", "link_down", "host-managed"}),
     "features": frozenset({"fuse", "keyctl", "mknod", "nesting", "force_rw_sys"}),
 }
 # Keys equal to their default are the same as absent.
 _DEFAULT_VALUES: dict[str, dict[str, str]] = {
     "rootfs": {"ro": "0", "quota": "0", "replicate": "1", "shared": "0"},
-    "mp": {"ro": "0", "quota": "0", "replicate": "1", "shared": "0", "backup": "0"},
+    "mp": {"ro": "0", "quota": "0", "replicate": "1", "shared": "0", "backup": "0", "keepattrs": "0"},
     "dev": {"deny-write": "0"},
-    "net": {"firewall": "0", "link_down": "0", "type": "veth"},
+    "net": {"firewall": "0", "link_down": "0", "type": "veth", "host-managed": "0"},
     "features": {"fuse": "0", "keyctl": "0", "mknod": "0", "nesting": "0", "force_rw_sys": "0"},
 }
 # Keys PVE fills in itself: when the desired value leaves them out, the current value is kept.
@@ -56,6 +56,13 @@ _FILLED_BY_PVE: dict[str, frozenset[str]] = {
     "rootfs": frozenset({"size"}),
     "mp": frozenset({"size"}),
     "net": frozenset({"hwaddr", "type"}),
+}
+# Keys of PVE 9 that a declaration written without them leaves as the operator set them: net[n] host-managed
+# (the host, not the container, configures the address), mp[n] keepattrs (pve-container 6.0) and idmap (6.1.6,
+# PVE 9.2). Declared, they are compared and sent like any other key.
+_KEPT_UNLESS_DECLARED: dict[str, frozenset[str]] = {
+    "mp": frozenset({"keepattrs", "idmap"}),
+    "net": frozenset({"host-managed"}),
 }
 # Top-level boolean options.
 _TOP_BOOL_KEYS = frozenset({"onboot", "unprivileged", "protection", "template", "console", "debug"})
@@ -210,7 +217,7 @@ def compare_option(key: str, current: Any, desired: Any) -> OptionComparison:
     des_props = parse_property_string(str(desired), default_key)
 
     put_props = dict(des_props)
-    filled = _FILLED_BY_PVE.get(base, frozenset())
+    filled = _FILLED_BY_PVE.get(base, frozenset()) | _KEPT_UNLESS_DECLARED.get(base, frozenset())
     for name in filled:
         if name not in des_props and name in cur_props:
             put_props[name] = cur_props[name]
@@ -249,7 +256,7 @@ def compare_option(key: str, current: Any, desired: Any) -> OptionComparison:
     cur_norm = normalize_props(key, cur_props)
     des_norm = normalize_props(key, des_props)
     for name in filled:
-        if name not in des_norm:
+        if name not in des_props:  # declared at its default (dropped from des_norm) is still declared
             cur_norm.pop(name, None)
     # Order inside the string does not matter to PVE.
     return OptionComparison(cur_norm == des_norm, format_property_string(put_props, default_key))

@@ -25,7 +25,9 @@ description:
     every task (UPID) with a timeout, reporting the task's exit status and log on failure, and a stop that
     tries a clean shutdown (with PVE's C(timeout)) before a hard stop."
   - Only the declared options are managed; other keys of the container's config are left alone unless listed
-    in O(delete) or given as V(null) in O(extra_config).
+    in O(delete) or given as V(null) in O(extra_config). This includes PVE 9's C(entrypoint) and C(env), and
+    inside a declared C(netN) or C(mpN) the PVE 9 keys C(host-managed), C(keepattrs) and C(idmap) when the
+    declaration leaves them out (an operator's value stays).
   - Memory options carry their unit in their name (O(memory_mib), O(swap_mib)).
 options:
   vmid:
@@ -125,6 +127,8 @@ options:
       - Other PVE container options, as PVE names them (e.g. C(onboot), C(tags), C(cpulimit), C(mp0), C(dev20)).
       - A V(null) value removes the key.
       - Raw C(lxc.*) keys are refused; they are not API parameters and live only in C(/etc/pve/lxc/<vmid>.conf).
+      - PVE 9 only (PVE 8 refuses them as unknown parameters) - C(entrypoint), the container's init command, and
+        C(env), given as a list of C(NAME=value) strings (sent NUL-separated, as PVE takes it).
     type: dict
   delete:
     description: Config keys to remove if present (sent as C(delete=)).

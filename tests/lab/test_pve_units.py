@@ -348,9 +348,13 @@ CREATE = {"vmid": "150", "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_a
 
 def test_slice_is_pinned_and_complete():
     import apischema
-    assert apischema.SLICE["commit"] == "46601a32456cd5fd98f0433912dbd811984866f2"
+    assert apischema.SLICE["commit"] == "a8736b6d6169ea9679ee02285ea36fdab42e85c3"  # pve-docs 9.1.3
     assert apischema.SLICE["source"].endswith("pve-docs api-viewer/apidata.js")
     assert len(apischema.METHODS) == 35 and apischema.FORMATS_MISSING == []
+    assert pve.PVE_VERSION["release"] == "9.1"
+    # the 8.4 profile: the same methods, from pve-docs 46601a3
+    assert apischema.PROFILES["8.4"]["commit"] == "46601a32456cd5fd98f0433912dbd811984866f2"
+    assert set(apischema.PROFILES["8.4"]["methods"]) == set(apischema.METHODS)
     # net[n] is net0..net31, mp/dev/unused 0..255 (pve-container LXC/Config.pm)
     props = apischema.METHODS["PUT /nodes/{node}/lxc/{vmid}/config"].properties
     assert "net31" in props and "net32" not in props and "mp255" in props and "dev255" in props
@@ -407,8 +411,12 @@ def test_other_values_of_unsimulated_parameters_are_501_with_the_name(method, re
     ({"net0": "bridge=vmbr0"},
      {"net0": "invalid format - format error\nnet0.name: property is missing and it is not optional\n"}),
     ({"hostname": "bad_name"}, {"hostname": "invalid format - value does not look like a valid DNS name\n"}),
-    ({"entrypoint": "/sbin/init"}, {"entrypoint": SCHEMA_ERROR}),   # not in the 8.4 schema the lab reports
-    ({"env": "A=1"}, {"env": SCHEMA_ERROR}),
+    ({"env": "A=1\0B"}, {"env": "value does not match the regex pattern"}),   # NUL-separated NAME=value
+    ({"entrypoint": "/bin/sh\x01"}, {"entrypoint": "value does not match the regex pattern"}),
+    ({"net0": "name=eth0,host-managed=maybe"},
+     {"net0": "invalid format - format error\nnet0.host-managed: type check ('boolean') failed - got 'maybe'\n"}),
+    ({"mp0": "/srv/x,mp=/mnt/x,idmap=passthrough"},  # mount point idmap came with pve-container 6.1.6 (9.2)
+     {"mp0": "invalid format - invalid key in comma-separated list property: idmap\n"}),
     ({"net32": "name=eth0"}, {"net32": SCHEMA_ERROR}),
     ({"description": "x" * 8193}, {"description": "value may only be 8192 characters long"}),
     ({"dev0": "/tmp/x"}, {"dev0": "invalid format - format error\ndev0.path: invalid format - "
@@ -427,8 +435,50 @@ def test_create_checks_password_length_and_requires():
     assert e.errors == {"ostemplate": "property is missing and it is not optional"}
     e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, vmid="99"))
     assert e.errors == {"vmid": "invalid format - value does not look like a valid VM ID\n"}
-    e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, **{"ha-managed": "0"}))  # not in 8.4's schema
-    assert e.errors == {"ha-managed": SCHEMA_ERROR}
+    e = refused("POST", "/nodes/pve1/lxc", dict(CREATE, **{"ha-managed": "1"}))  # 9.x; the lab has no HA
+    assert e.code == 501 and "'ha-managed'" in e.msg
+    assert "ha-managed" not in prep("POST", "/nodes/pve1/lxc", dict(CREATE, **{"ha-managed": "0"}))
+
+
+def test_9x_config_keys_pass_the_schema_and_8_4_refuses_them():
+    """entrypoint, env, net[n] host-managed, mp[n] keepattrs: in 9.1.3's schema (the lab's), not in 8.4's."""
+    params = {"entrypoint": "/usr/bin/sleep infinity", "env": "A=1\0B=two words",
+              "net1": "name=eth1,bridge=vmbr0,host-managed=1", "mp0": "/srv/x,mp=/mnt/x,keepattrs=1"}
+    p = prep("PUT", "/nodes/pve1/lxc/129/config", params)
+    assert {k: p[k] for k in params} == params
+    errors = api.apischema.profile_errors("8.4", "PUT /nodes/{node}/lxc/{vmid}/config", dict(params, node="pve1",
+                                                                                           vmid="129"))
+    assert errors == {"entrypoint": SCHEMA_ERROR, "env": SCHEMA_ERROR,
+                      "net1": "invalid format - invalid key in comma-separated list property: host-managed\n",
+                      "mp0": "invalid format - invalid key in comma-separated list property: keepattrs\n"}
+    assert api.apischema.profile_errors("8.4", "PUT /nodes/{node}/lxc/{vmid}/config",
+                                        {"node": "pve1", "vmid": "129", "memory": "1024"}) is None
+
+
+def test_env_is_stored_as_lxc_environment_runtime_lines():
+    """pve-container LXC/Config.pm: parse_pct_config joins `lxc.environment.runtime` lines into `env` (NUL),
+    write_pct_config writes them back; other raw keys stay raw."""
+    raw = ("entrypoint: /bin/sh\nhostname: a\nlxc.environment.runtime: A=1\nlxc.environment.runtime: B=x y\n"
+           "lxc.cgroup2.devices.allow: c 1:1 rwm\n")
+    conf = pve.parse_conf(raw)
+    assert conf["env"] == "A=1\0B=x y" and conf["lxc"] == [("lxc.cgroup2.devices.allow", "c 1:1 rwm")]
+    assert pve.format_conf(conf) == raw
+    conf["env"] = "C=3"
+    assert "lxc.environment.runtime: C=3\n" in pve.format_conf(conf) and "A=1" not in pve.format_conf(conf)
+
+
+def test_privileged_create_needs_sys_modify_on_root(cluster, monkeypatch):
+    """PVE 9 create_vm: unprivileged defaults to 1; 0 needs Sys.Modify on / (checked before the VMID and
+    VM.Allocate). A privilege-separated token with VM.Allocate on /vms only is refused for a privileged CT."""
+    cfg = {"tokens": {"root@pam!ops": {"privsep": 1}}, "acl": [
+        {"path": "/vms", "ugids": ["root@pam!ops"], "roles": ["Administrator"], "propagate": 1}], "roles": {}}
+    monkeypatch.setattr(pve, "load_access", lambda *a, **k: cfg)
+    with pytest.raises(PVEError) as e:
+        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst", "unprivileged": "0"}, "root@pam!ops")
+    assert e.value.code == 403 and e.value.msg == "Permission check failed (/, Sys.Modify)"
+    with pytest.raises(PVEError) as e:  # unprivileged (the default): past the privilege, to the template
+        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam!ops")
+    assert e.value.msg == "volume 'local:vztmpl/x.tar.zst' does not exist"
 
 
 @pytest.mark.parametrize("method,rel,params,errors", [

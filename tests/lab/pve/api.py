@@ -33,6 +33,28 @@ PIDFILE = pve.api_pidfile(pve.NODE)  # main() sets these for --node
 LOGFILE = f"{LAB}/log/pve-api.log"
 API_PORT = 8006
 TICKET_LIFETIME = 7200  # PVE: tickets are valid for 2 hours
+# Every request the lab's own schema (9.1) took, with what each other release's schema says of it
+# (apischema.PROFILES): one JSON line each, read by the client tests (docs/lab.md "PVE's schema"). Only the
+# daemon writes it (main() sets it), not an in-process import.
+PROFILE_LOG_FILE = f"{pve.RUN}/api-profiles.jsonl"
+PROFILE_LOG: str | None = None
+
+
+def record_profiles(info: "apischema.Method", params: dict, user: str | None) -> None:
+    """Appends the request's verdict under every other profile to PROFILE_LOG (the names of the parameters,
+    never their values: passwords and tickets pass here). A failure to write never fails the request."""
+    if PROFILE_LOG is None:
+        return
+    entry = {"t": time.time(), "node": pve.NODE, "user": user, "method": info.key, "params": sorted(params),
+             "profiles": {name: apischema.profile_errors(name, info.key, params) for name in apischema.PROFILES}}
+    try:
+        fd = os.open(PROFILE_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def read_secret(path: str) -> str:
@@ -87,7 +109,7 @@ def token_secrets() -> dict:
 # schema default (a boolean without one: 0, as the handlers read an absent flag), else 501 naming them.
 NOT_SIMULATED = {
     "POST /access/ticket": ("new-format", "otp", "tfa-challenge", "path", "privs"),
-    "POST /nodes/{node}/lxc": ("force", "restore", "unique", "pool", "ignore-unpack-errors", "bwlimit"),
+    "POST /nodes/{node}/lxc": ("force", "restore", "unique", "pool", "ignore-unpack-errors", "bwlimit", "ha-managed"),
     "DELETE /nodes/{node}/lxc/{vmid}": ("destroy-unreferenced-disks",),
     "GET /nodes/{node}/lxc/{vmid}/config": ("snapshot",),
     "POST /nodes/{node}/lxc/{vmid}/status/start": ("debug",),
@@ -178,6 +200,7 @@ def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | N
         apischema.validate(info, params)
     except apischema.SchemaError as e:
         raise pve.param_error(e.errors) from None
+    record_profiles(info, params, user)
     refuse_not_simulated(info, params)
     return info, {k: apischema.plain(v) for k, v in params.items()}
 
@@ -496,7 +519,8 @@ class Handler(BaseHTTPRequestHandler):
         st = pve.vm_status(vmid)
         return {k: st[k] for k in ("vmid", "name", "status", "type", "maxmem", "maxswap", "mem", "cpus", "uptime",
                                    "pid", "lock", "tags", "maxdisk", "disk", "cpu", "netin", "netout", "diskread",
-                                   "diskwrite", "template") if k in st}
+                                   "diskwrite", "template") + tuple(f"pressure{t}{k}" for t, k in pve.PRESSURE_KEYS)
+                if k in st}
 
 
 def cert_fingerprint(path: str) -> str | None:
@@ -521,7 +545,7 @@ def serve(host: str, port: int) -> None:
 
 def main() -> int:
     import argparse
-    global PIDFILE, LOGFILE
+    global PIDFILE, LOGFILE, PROFILE_LOG
     ap = argparse.ArgumentParser()
     ap.add_argument("--node", default="pve1", choices=sorted(pve.NODE_ADDRESSES))
     ap.add_argument("--host", default=None, help="default: the node's address")
@@ -553,6 +577,7 @@ def main() -> int:
         os.chdir("/")
         with open(PIDFILE, "w") as f:
             f.write(f"{os.getpid()}\n")
+    PROFILE_LOG = PROFILE_LOG_FILE
     serve(args.host, args.port)
     return 0
 

@@ -1,7 +1,8 @@
 """PVE's own API schema for the lab's endpoints, checked as pve-common's JSONSchema.pm checks it.
 
 The schema is apidata-slice.json: the lab's methods cut from pve-docs `api-viewer/apidata.js` at the commit
-it names (make_apislice.py). The checks are a port of pve-common `src/PVE/JSONSchema.pm` at f665029:
+it names (make_apislice.py), the release the lab reports (9.1). PROFILES holds the other releases the lab checks
+requests against without serving them (8.4: apidata-slice-8.4.json; api.py records each request's verdict). The checks are a port of pve-common `src/PVE/JSONSchema.pm` at f665029:
 `check_prop`, `check_object`, `check_type`, `check_format`, `parse_property_string`, `is_number`,
 `is_integer`, `parse_boolean`, `parse_size`, with PVE's error texts (a named format's `die` text keeps its
 newline, as PVE's "invalid format - $@" does). The named formats are the registered verifiers of
@@ -20,6 +21,8 @@ SLICE_FILE = os.path.join(HERE, "apidata-slice.json")
 
 with open(SLICE_FILE) as _f:
     SLICE = json.load(_f)
+# Other releases' slices: checked, never served (docs/lab.md "PVE's schema").
+PROFILE_FILES = {"8.4": os.path.join(HERE, "apidata-slice-8.4.json")}
 
 # pve-container src/PVE/LXC/Config.pm: $MAX_MOUNT_POINTS = 256, $MAX_UNUSED_DISKS = $MAX_MOUNT_POINTS,
 # $MAX_DEVICES = 256, $MAX_LXC_NETWORKS = 32 (apidata.js shows each family once, as `net[n]`).
@@ -509,6 +512,27 @@ class Method:
 METHODS = {key: Method(key, info) for key, info in SLICE["methods"].items()}
 
 
+def _load_profile(path: str) -> dict:
+    with open(path) as f:
+        data = json.load(f)
+    return {"commit": data["commit"], "methods": {k: Method(k, i) for k, i in data["methods"].items()}}
+
+
+PROFILES = {name: _load_profile(path) for name, path in PROFILE_FILES.items()}
+
+
+def profile_errors(profile: str, key: str, params: dict) -> dict | None:
+    """What release `profile`'s schema says of a request the lab's own schema took: None when that release has
+    the method and takes the parameters, else {parameter: error} as its JSONSchema.pm validate gives them
+    ({"": "no such method"} when the release lacks the method)."""
+    method = PROFILES[profile]["methods"].get(key)
+    if method is None:
+        return {"": f"no method {key} in the {profile} schema"}
+    errors: dict = {}
+    check_object("", method.properties, params, method.additional, errors)
+    return errors or None
+
+
 def find(http: str, rel: str):
     """(Method, uri parameters) for a request path below /api2/json, or (None, {}) when the lab has no such
     method (pve-http-server: 501 `Method '<M> <path>' not implemented`)."""
@@ -579,9 +603,10 @@ def formats_used() -> set:
             for sub in fmt.values():
                 scan(sub)
 
-    for m in METHODS.values():
-        for sub in m.properties.values():
-            scan(sub)
+    for methods in [METHODS] + [p["methods"] for p in PROFILES.values()]:
+        for m in methods.values():
+            for sub in m.properties.values():
+                scan(sub)
     return used
 
 

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Regenerates apidata-slice.json: the methods of PVE's API schema that the lab serves, cut from pve-docs'
+"""Regenerates a schema slice: the methods of PVE's API schema that the lab serves, cut from pve-docs'
 api-viewer/apidata.js (the schema pve-docs dumps from a PVE build; JSON once `const apiSchema =` is stripped).
 
-    git -C pve-docs show 46601a32456cd5fd98f0433912dbd811984866f2:api-viewer/apidata.js > /tmp/apidata.js
-    python3 tests/lab/pve/make_apislice.py /tmp/apidata.js 46601a32456cd5fd98f0433912dbd811984866f2
+The lab's own profile, apidata-slice.json (the release the lab reports, pvelab.PVE_VERSION, 9.1):
 
-The commit is pinned to the PVE release the lab reports (pvelab.PVE_VERSION, 8.4): 46601a3 is pve-docs'
-"update static/schema information" of 2025-04-09, the day of its "bump version to 8.4.0" (a3479f7).
-Stdlib only.
+    git -C pve-docs show a8736b6d6169ea9679ee02285ea36fdab42e85c3:api-viewer/apidata.js > /tmp/apidata.js
+    python3 tests/lab/pve/make_apislice.py /tmp/apidata.js a8736b6d6169ea9679ee02285ea36fdab42e85c3
+
+a8736b6 is pve-docs' newest "update static/schema information" (2026-04-30, the day of its "bump version to
+9.1.3", e5010dc); pve-manager was at 9.1.9 then. The second profile, apidata-slice-8.4.json, which the API
+checks every request against as well (apischema.PROFILES, docs/lab.md "PVE's schema"):
+
+    git -C pve-docs show 46601a32456cd5fd98f0433912dbd811984866f2:api-viewer/apidata.js > /tmp/apidata-8.4.js
+    python3 tests/lab/pve/make_apislice.py /tmp/apidata-8.4.js 46601a32456cd5fd98f0433912dbd811984866f2 8.4
+
+46601a3 is pve-docs' "update static/schema information" of 2025-04-09, the day of its "bump version to 8.4.0"
+(a3479f7). Stdlib only.
 """
 from __future__ import annotations
 
@@ -16,7 +24,12 @@ import os
 import sys
 
 SOURCE = "github.com/proxmox/pve-docs api-viewer/apidata.js"
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apidata-slice.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def out_path(profile: str | None) -> str:
+    """apidata-slice.json for the lab's own profile, apidata-slice-<profile>.json for another."""
+    return os.path.join(HERE, f"apidata-slice-{profile}.json" if profile else "apidata-slice.json")
 
 # Every method the lab's API serves (api.py routes exactly these; anything else is 501).
 ENDPOINTS = [
@@ -79,7 +92,7 @@ def methods(tree: list) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     allm = methods(load_apidata(argv[0]))
@@ -87,12 +100,13 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"not in this apidata.js: {missing}", file=sys.stderr)
         return 1
+    out_file = out_path(argv[2] if len(argv) == 3 else None)
     out = {"source": SOURCE, "commit": argv[1], "methods_in_source": len(allm),
            "methods": {f"{m} {p}": allm[f"{m} {p}"] for m, p in ENDPOINTS}}
-    with open(OUT, "w") as f:
+    with open(out_file, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"{OUT}: {len(ENDPOINTS)} of {len(allm)} methods, {os.path.getsize(OUT)} bytes")
+    print(f"{out_file}: {len(ENDPOINTS)} of {len(allm)} methods, {os.path.getsize(out_file)} bytes")
     return 0
 
 

@@ -46,7 +46,9 @@ LOCK_DIR = "/run/lock/lxc"
 BRIDGE = "vmbr0"
 BRIDGE_ADDR = "10.77.0.1/24"
 NVIDIA_RUN = "/run/nvidia-lab"
-PVE_VERSION = {"version": "8.4.1", "release": "8.4", "repoid": "2a5fa54a8503f96d"}
+# pve-manager 9.1.9 (ee7bad0a, "bump version to 9.1.9", 2026-04-21): the release current when pve-docs dumped the
+# schema the lab serves (apidata-slice.json, a8736b6 of 2026-04-30). PVE's repoid is the release commit's prefix.
+PVE_VERSION = {"version": "9.1.9", "release": "9.1", "repoid": "ee7bad0a3d1546c9"}
 MIB = 1024 * 1024
 CLI_PATH = "/sbin:/bin:/usr/sbin:/usr/bin"
 # Storages of the simulated node: both are plain directories (docs/lab.md, "Storage").
@@ -184,6 +186,7 @@ def parse_conf(raw: str) -> dict:
     conf: dict = {}
     desc: list[str] = []
     lxc: list[tuple[str, str]] = []
+    env: list[str] = []
     rest: list[str] = []
     in_section = False
     for line in raw.splitlines():
@@ -198,13 +201,20 @@ def parse_conf(raw: str) -> dict:
             continue
         m = re.match(r"^(lxc\.[a-z0-9_.\-]+)\s*[:=]\s*(.*)$", line)
         if m:
-            lxc.append((m.group(1), m.group(2).strip()))
+            if m.group(1) == "lxc.environment.runtime":
+                # PVE 9 (pve-container src/PVE/LXC/Config.pm parse_pct_config): these lines are the `env`
+                # option, NUL-joined in file order; write_pct_config writes `env` back as such lines.
+                env.append(m.group(2).strip())
+            else:
+                lxc.append((m.group(1), m.group(2).strip()))
             continue
         m = re.match(r"^([a-z][a-z0-9_\-]*):\s*(.*)$", line)
         if m:
             conf[m.group(1)] = m.group(2).strip()
     if desc:
         conf["description"] = "\n".join(desc)
+    if env:
+        conf["env"] = "\0".join(env)
     conf["lxc"] = lxc
     conf["_rest"] = rest
     return conf
@@ -214,8 +224,12 @@ def format_conf(conf: dict) -> str:
     out = []
     if conf.get("description"):
         out += ["#" + line for line in str(conf["description"]).split("\n")]
-    for key in sorted(k for k in conf if k not in ("lxc", "description", "digest", "_rest")):
+    for key in sorted(k for k in conf if k not in ("lxc", "description", "digest", "_rest", "env")):
         out.append(f"{key}: {conf[key]}")
+    # pve-container write_pct_config: `env` as lxc.environment.runtime lines (split on runs of NUL), before the
+    # other raw keys
+    for variable in (v for v in str(conf.get("env") or "").split("\0") if v):
+        out.append(f"lxc.environment.runtime: {variable}")
     for key, value in conf.get("lxc", []):
         out.append(f"{key}: {value}")
     if conf.get("_rest"):
@@ -848,6 +862,28 @@ def _read_int(path: str, default: int = 0) -> int:
         return default
 
 
+# PVE 9 (pve-container src/PVE/LXC.pm vmstatus, running CTs only): `pressure<type><some|full>` = the avg10 of
+# /sys/fs/cgroup/lxc/<vmid>/<type>.pressure (pve-common ProcFSTools read_cgroup_pressure, parse_pressure: the
+# regex capture, so a JSON string such as "0.00"); a file or line that is missing leaves the value undefined
+# (JSON null). The lab host's cgroups are v1 hybrid: the same files live in its v2 tree, /sys/fs/cgroup/unified.
+PRESSURE_KEYS = [(t, kind) for t in ("cpu", "io", "memory") for kind in ("some", "full")]
+_PRESSURE_RE = re.compile(r"^(some|full)\s+avg10=(\d+\.\d+)\s+avg60=(\d+\.\d+)\s+avg300=(\d+\.\d+)\s+total=(\d+)")
+
+
+def cgroup_pressure(vmid: int) -> dict:
+    base = next((d for d in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if os.path.isdir(f"{d}/lxc/{int(vmid)}")),
+                "/sys/fs/cgroup/unified")
+    found: dict = {}
+    for typ in ("cpu", "io", "memory"):
+        with contextlib.suppress(OSError):
+            with open(f"{base}/lxc/{int(vmid)}/{typ}.pressure") as f:
+                for line in f:
+                    m = _PRESSURE_RE.match(line)
+                    if m:
+                        found[(typ, m.group(1))] = m.group(2)
+    return {f"pressure{t}{kind}": found.get((t, kind)) for t, kind in PRESSURE_KEYS}
+
+
 def vm_status(vmid: int, node: str | None = None) -> dict:
     conf = load_config(vmid, node)
     state, pid = lxc_info(vmid)
@@ -875,6 +911,7 @@ def vm_status(vmid: int, node: str | None = None) -> dict:
             # PVE: mem = usage minus page cache (pve-common CGroup.pm get_memory_stat), cgroup v1 analogue
             res["mem"] = max(0, usage - cache)
             res["swap"] = max(0, _read_int(f"{cg}/memory.memsw.usage_in_bytes") - usage)
+        res.update(cgroup_pressure(vmid))
         st = proc_starttime(pid)
         if st is not None:
             hz = os.sysconf("SC_CLK_TCK")
@@ -937,6 +974,14 @@ def build_lxc_config(vmid: int, conf: dict) -> str:
         "lxc.apparmor.profile = unconfined",
         f"lxc.uts.name = {conf.get('hostname', f'CT{vmid}')}",
         f"lxc.rootfs.path = dir:{rootfs_dir(vmid)}",
+    ]
+    if conf.get("entrypoint") is not None:
+        # PVE 9 (pve-container src/PVE/LXC.pm update_lxc_config): `lxc.init.cmd = <entrypoint>`, and a tmpfs on
+        # /dev/shm when it is not /sbin/init (no init system to mount one; pve-container 6.1.10)
+        lines.append(f"lxc.init.cmd = {conf['entrypoint']}")
+        if conf["entrypoint"] != "/sbin/init":
+            lines.append("lxc.mount.entry = shm dev/shm tmpfs rw,nosuid,nodev,create=dir 0 0")
+    lines += [
         f"lxc.tty.max = {conf.get('tty', 2)}",
         "lxc.signal.halt = SIGRTMIN+4",
         # PVE's cgroup layout (proxmox-lxc.md §2.1): lxc/<vmid> limits, lxc/<vmid>/ns the CT's own tree.
@@ -970,6 +1015,10 @@ def build_lxc_config(vmid: int, conf: dict) -> str:
             lines.append(f"lxc.net.{n}.mtu = {net['mtu']}")
     if not any(re.fullmatch(r"net\d+", k) for k in conf):
         lines.append("lxc.net.0.type = empty")
+    # PVE 9 writes each `env` variable as `lxc.environment.runtime` (LXC 6); the lab host's LXC 5 has only
+    # lxc.environment, which also reaches lxc-attach (docs/lab.md, deviations)
+    for variable in (v for v in str(conf.get("env") or "").split("\0") if v):
+        lines.append(f"lxc.environment = {variable}")
     devs = [(k, parse_dev(conf[k])) for k in sorted((k for k in conf if re.fullmatch(r"dev\d+", k)),
                                                      key=lambda k: int(k[3:]))]
     has_nvidia = False
@@ -1297,9 +1346,17 @@ def create_ct(vmid, params: dict, user: str) -> tuple:
     leftover = sorted(k for k in params if k not in extra and option_checker(k) is None)
     if leftover:
         raise PVEError(f"lab: parameter '{leftover[0]}' is not simulated by the lab", 501)
+    # PVE 9 create_vm (pve-container 6.0.6, src/PVE/API2/LXC.pm ~270): `$unprivileged = 1 if !defined(...)`
+    # (8.x: 0), and a privileged container needs Sys.Modify on / before anything else is checked; the config
+    # holds `unprivileged: 1` only when set (`$conf->{unprivileged} = 1 if $unprivileged`)
+    unpriv = opts.pop("unprivileged", "1")
+    if unpriv == "1":
+        opts["unprivileged"] = "1"
+    else:
+        check_perm(user, "/", ["Sys.Modify"])
     check_vmid_unused(vmid)  # create_vm (not a restore): the cluster's VMID list, any node
     check_vm_perm(user, vmid, ["VM.Allocate"])  # create_vm: VM.Allocate on /vms/{vmid}
-    check_modify_perm(user, vmid, None, opts, [], opts.get("unprivileged", "0"))
+    check_modify_perm(user, vmid, None, opts, [], unpriv)
     tmpl = template_path(tmpl_volid)
     if not os.path.isfile(tmpl):
         raise PVEError(f"volume '{tmpl_volid}' does not exist")

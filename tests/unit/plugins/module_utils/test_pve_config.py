@@ -155,3 +155,20 @@ def test_creation_messages():
     assert "ostemplate is not set" in pc.missing_ostemplate(129, "pve")
     msg = pc.missing_template(129, "pve", "local:vztmpl/debian-12.tar.zst")
     assert "pveam download local debian-12.tar.zst" in msg
+
+
+def test_pve9_entrypoint_and_env():
+    """PVE 9's entrypoint and env: declared through extra_config (env as a list, sent NUL-separated), compared as
+    PVE returns them; undeclared, an operator's values are not in the plan."""
+    desired, delete = pc.build_desired_config(extra_config={"env": ["A=1", "B=two words"], "entrypoint": "/sbin/init"})
+    assert desired == {"env": "A=1\0B=two words", "entrypoint": "/sbin/init"} and delete == []
+    current = {**CURRENT, "env": "A=1\0B=two words", "entrypoint": "/sbin/init"}
+    assert not pc.plan_config(current, desired).changed
+    assert pc.plan_config(current, {"env": "A=1"}).set == {"env": "A=1"}
+    operator = {**CURRENT, "env": "HF_HOME=/models", "entrypoint": "/usr/local/bin/init"}
+    assert not pc.plan_config(operator, {"memory": str(CURRENT["memory"])}).changed
+    with pytest.raises(ConfigError, match="NAME=value"):
+        pc.build_desired_config(extra_config={"env": ["A=1", "not a variable"]})
+    text = pc.render_conf({"hostname": "g", "env": "A=1\0B=2", "lxc": [["lxc.apparmor.profile", "unconfined"]]})
+    assert text == ("hostname: g\nlxc.environment.runtime: A=1\nlxc.environment.runtime: B=2\n"
+                    "lxc.apparmor.profile: unconfined\n")

@@ -99,3 +99,29 @@ def test_option_base_and_index():
 def test_split_tags():
     assert po.split_tags("inferops-gpu;team-a, b c") == ["inferops-gpu", "team-a", "b", "c"]
     assert po.split_tags(None) == [] and po.split_tags("") == []
+
+
+def test_compare_keeps_pve9_keys_the_declaration_leaves_out():
+    """net[n] host-managed, mp[n] keepattrs and idmap (PVE 9): an operator's value stays when the declaration does
+    not name the key; named, it is compared and sent."""
+    cur = "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:01,ip=10.0.0.2/24,host-managed=1,type=veth"
+    cmp = po.compare_option("net0", cur, "name=eth0,bridge=vmbr0,ip=10.0.0.2/24")
+    assert cmp.equal
+    cmp = po.compare_option("net0", cur, "name=eth0,bridge=vmbr0,ip=10.0.0.3/24")
+    assert not cmp.equal
+    assert po.parse_property_string(cmp.put_value)["host-managed"] == "1"
+    cmp = po.compare_option("net0", cur, "name=eth0,bridge=vmbr0,ip=10.0.0.2/24,host-managed=0")
+    assert not cmp.equal and "host-managed=0" in cmp.put_value
+    assert po.compare_option("net0", cur, "name=eth0,bridge=vmbr0,ip=10.0.0.2/24,host-managed=yes").equal
+
+    mp = "/srv/models,mp=/models,keepattrs=1,idmap=u:0:1000:1;g:0:1000:1,ro=1"
+    cmp = po.compare_option("mp0", mp, "/srv/models,mp=/models,ro=1")
+    assert cmp.equal
+    cmp = po.compare_option("mp0", mp, "/srv/models,mp=/models")
+    assert not cmp.equal
+    put = po.parse_property_string(cmp.put_value, "volume")
+    assert put["keepattrs"] == "1" and put["idmap"] == "u:0:1000:1;g:0:1000:1" and "ro" not in put
+    cmp = po.compare_option("mp0", mp, "/srv/models,mp=/models,ro=1,idmap=passthrough")
+    assert not cmp.equal and "idmap=passthrough" in cmp.put_value
+    # keepattrs=0 is the default: declared 0 equals absent
+    assert po.compare_option("mp0", "/srv/models,mp=/models", "/srv/models,mp=/models,keepattrs=0").equal
