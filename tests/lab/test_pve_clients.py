@@ -1,7 +1,11 @@
 """Clients no one here wrote, against the lab's PVE node: plain proxmoxer calls, and community.proxmox's own
 modules (tests/lab/clients/community_proxmox.yml). Each checks what the node then holds, not only the replies.
 
-The API schema they meet is PVE's (tests/lab/pve/apidata-slice.json, docs/lab.md "PVE's schema").
+The API schema they meet is PVE 9.1's (tests/lab/pve/apidata-slice.json, docs/lab.md "PVE's schema"). Every request
+of every test here is also checked against PVE 8.4's schema (apidata-slice-8.4.json): the API daemon records each
+request its own schema took, with 8.4's verdict, in /run/inferops-lab/api-profiles.jsonl, and the fixture below
+fails a test whose client sent something 8.4 refuses; the methods and parameters seen go to
+$INFEROPS_REPORT_DIR/pve-profiles.json when that is set.
 """
 from __future__ import annotations
 
@@ -24,6 +28,42 @@ COMMUNITY_VMID = 196  # tests/lab/clients/community_proxmox.yml, on pve1
 COMMUNITY_VMID2 = 194  # the same on pve2
 API = "https://127.0.0.1:8006/api2/json"
 API2 = f"https://{NODE_ADDRESSES[NODE2]}:8006/api2/json"
+
+
+PROFILE_LOG = "/run/inferops-lab/api-profiles.jsonl"
+SEEN: dict = {}  # "METHOD /path" -> the parameter names sent, over the module's tests
+
+
+def profile_log_size() -> int:
+    try:
+        return os.path.getsize(PROFILE_LOG)
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def valid_on_every_profile(lab):
+    """The requests a test's clients sent, as the lab's API daemons recorded them: each taken by 9.1's schema (else
+    it is not recorded) must also be valid under 8.4's."""
+    start = profile_log_size()
+    yield
+    with open(PROFILE_LOG) as f:
+        f.seek(start)
+        entries = [json.loads(line) for line in f if line.strip()]
+    refused = [e for e in entries if e["profiles"].get("8.4")]
+    for e in entries:
+        SEEN.setdefault(e["method"], set()).update(p for p in e["params"] if p not in ("node", "vmid", "upid"))
+    assert not refused, f"requests PVE 8.4's schema refuses: {refused}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def profile_report():
+    yield
+    out = os.environ.get("INFEROPS_REPORT_DIR")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "pve-profiles.json"), "w") as f:
+            json.dump({m: sorted(p) for m, p in sorted(SEEN.items())}, f, indent=1)
 
 
 def node_pct(node: str, *args: str) -> subprocess.CompletedProcess:

@@ -467,6 +467,19 @@ def test_env_is_stored_as_lxc_environment_runtime_lines():
     assert "lxc.environment.runtime: C=3\n" in pve.format_conf(conf) and "A=1" not in pve.format_conf(conf)
 
 
+def test_env_is_read_restricted_to_vm_config_options(monkeypatch):
+    """PVE 9 delete_read_restricted_options: GET config/pending leave `env` out for a user without
+    VM.Config.Options on the CT; the other keys stay."""
+    cfg = {"tokens": {"root@pam!ro": {"privsep": 1}, "root@pam!opt": {"privsep": 1}}, "roles": {"Ro": ["VM.Audit"]},
+           "acl": [{"path": "/vms", "ugids": ["root@pam!ro"], "roles": ["Ro"], "propagate": 1},
+                   {"path": "/vms", "ugids": ["root@pam!opt"], "roles": ["Administrator"], "propagate": 1}]}
+    monkeypatch.setattr(pve, "load_access", lambda *a, **k: cfg)
+    conf = {"hostname": "a", "env": "A=1"}
+    assert pve.delete_read_restricted(dict(conf), "root@pam!ro", 129) == {"hostname": "a"}
+    assert pve.delete_read_restricted(dict(conf), "root@pam!opt", 129) == conf
+    assert pve.delete_read_restricted(dict(conf), "root@pam", 129) == conf
+
+
 def test_privileged_create_needs_sys_modify_on_root(cluster, monkeypatch):
     """PVE 9 create_vm: unprivileged defaults to 1; 0 needs Sys.Modify on / (checked before the VMID and
     VM.Allocate). A privilege-separated token with VM.Allocate on /vms only is refused for a privileged CT."""

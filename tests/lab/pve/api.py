@@ -470,12 +470,12 @@ class Handler(BaseHTTPRequestHandler):
         if rest == ["config"]:
             if method == "GET":  # current=1 is the same without a pending section
                 pve.check_vm_perm(user, vmid, ["VM.Audit"])
-                return pve.get_config(vmid)
+                return pve.get_config(vmid, user)
             pve.update_config(vmid, p, user)
             return None
         if rest == ["pending"]:
             pve.check_vm_perm(user, vmid, ["VM.Audit"])
-            return pve.get_pending(vmid)
+            return pve.get_pending(vmid, user)
         if rest == ["snapshot"]:
             pve.check_vm_perm(user, vmid, ["VM.Audit"])
             return pve.snapshot_list(vmid)

@@ -212,7 +212,16 @@ def cmd_config(pos, opts) -> int:
     conf = pve.load_config(vmid)
     conf.pop("digest", None)
     conf.pop("_rest", None)
+    env = conf.pop("env", None)
     text = pve.format_conf(conf)
+    if env is not None:
+        # pct.pm `config` prints vm_config's keys sorted as "key: value", so PVE 9's env is one line with its
+        # NUL separators (the file holds lxc.environment.runtime lines instead)
+        lines = text.splitlines(keepends=True)
+        at = next((i for i, ln in enumerate(lines) if not ln.startswith("#") and ln.split(":")[0] > "env"),
+                  len(lines))
+        lines.insert(at, f"env: {env}\n")
+        text = "".join(lines)
     sys.stdout.write(text)
     return 0
 

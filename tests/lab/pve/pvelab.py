@@ -1507,8 +1507,20 @@ def hotplug_memory(vmid: int, conf: dict) -> None:
             raise PVEError(f"unable to hotplug memory: {name}: {e.strerror}") from None
 
 
-def get_config(vmid) -> dict:
-    conf = load_config(int(vmid))
+# PVE 9 (pve-container src/PVE/LXC.pm delete_read_restricted_options, 9ec1a04 "censor env property for users
+# without VM.Config.Options"): GET config and GET pending leave these out for a user without the privilege.
+READ_RESTRICTED = {"env": "VM.Config.Options"}
+
+
+def delete_read_restricted(conf: dict, user: str | None, vmid) -> dict:
+    for key, priv in READ_RESTRICTED.items():
+        if key in conf and user and priv not in permissions(user, f"/vms/{int(vmid)}"):
+            del conf[key]
+    return conf
+
+
+def get_config(vmid, user: str | None = None) -> dict:
+    conf = delete_read_restricted(load_config(int(vmid)), user, vmid)
     res = {k: v for k, v in conf.items() if k not in ("lxc", "_rest")}
     for k in ("memory", "swap", "cores", "tty", "cpuunits"):
         if k in res and str(res[k]).isdigit():
@@ -1545,11 +1557,11 @@ def config_with_pending_array(conf: dict, pending: dict | None = None, pending_d
     return res
 
 
-def get_pending(vmid) -> list:
+def get_pending(vmid, user: str | None = None) -> list:
     """GET /pending. The lab writes every change at once (no [pending] section), so no entry carries
     `pending` or `delete`; values are typed as GET /config returns them (PVE's parser runs check_type on
     each value, so integers and booleans are JSON numbers), digest included."""
-    return config_with_pending_array(get_config(int(vmid)))
+    return config_with_pending_array(get_config(int(vmid), user))
 
 
 def unlock(vmid) -> None:
