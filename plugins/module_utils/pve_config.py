@@ -316,7 +316,7 @@ def tags_with_owner(tags: Iterable[str], owner: str) -> str:
 def missing_ostemplate(vmid: int, node: str) -> str:
     return (
         f"CT {vmid} does not exist on node {node} and ostemplate is not set: give ostemplate "
-        "(e.g. local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst) to create it, or check vmid and node."
+        "(e.g. local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst) to create it, or check vmid and node."
     )
 
 

@@ -59,7 +59,7 @@ options:
     default: false
   ostemplate:
     description:
-      - The template to create the container from, e.g. C(local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst).
+      - The template to create the container from, e.g. C(local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst).
       - Required when the container does not exist yet; ignored otherwise.
     type: str
   hostname:
@@ -241,7 +241,7 @@ EXAMPLES = r"""
     node: pve1
     vmid: 129
     state: started
-    ostemplate: local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst
+    ostemplate: local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst
     hostname: sglang-129
     cores: 64
     memory_mib: 524288

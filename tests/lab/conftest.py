@@ -18,7 +18,7 @@ CA = f"{LAB}/pki/ca.pem"
 NODE = "pve1"
 NODE2 = "pve2"        # the cluster's second node (docs/lab.md, "Two nodes")
 NODE_ADDRESSES = {"pve1": "127.0.0.1", "pve2": "127.0.0.2"}
-TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+TEMPLATE = "local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"
 TEST_VMID = 199       # shared by the tests of one module; never 129 or 130
 LIFECYCLE_VMID = 198  # created and destroyed by the lifecycle test
 

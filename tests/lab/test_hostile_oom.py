@@ -33,7 +33,7 @@ import pytest
 from conftest import REPO, pct
 
 VICTIM, TENANT = 187, 188
-TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+TEMPLATE = "local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"
 SOURCE = os.path.join(REPO, "extensions", "eda", "plugins", "event_source", "gpu_watch.py")
 BIN = os.path.join(REPO, ".venv", "bin")
 LAB = "/var/lib/inferops-lab"

@@ -343,7 +343,7 @@ def refused(method, rel, params=None, user="root@pam"):
     return e.value
 
 
-CREATE = {"vmid": "150", "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"}
+CREATE = {"vmid": "150", "ostemplate": "local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"}
 
 
 def test_slice_is_pinned_and_complete():

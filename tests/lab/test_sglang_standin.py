@@ -99,6 +99,7 @@ def test_build_outputs(wheels, tmp_path):
         assert os.path.isfile(os.path.join(wheels.out, "simple", name, "index.html")), name
     assert any(f.startswith("setproctitle-") and "cp311" in f for f in files)
     assert any(f.startswith("setproctitle-") and "cp312" in f for f in files)
+    assert any(f.startswith("setproctitle-") and "cp313" in f for f in files)  # Debian 13, the lab's template
     for m in ("kimi-k2-tiny", "llama-3-70b-tiny"):
         with open(os.path.join(wheels.out, "models", m, "model.safetensors.index.json")) as f:
             assert json.load(f)["metadata"]["total_size"] > 0

@@ -14,7 +14,7 @@ from conftest import HERE, LABCTL
 sys.path.insert(0, os.path.join(HERE, "pve"))
 import template  # noqa: E402
 
-TEMPLATE_FILE = "/var/lib/vz/template/cache/debian-12-standard_12.7-1_amd64.tar.zst"
+TEMPLATE_FILE = "/var/lib/vz/template/cache/debian-13-standard_13.1-1_amd64.tar.zst"
 UNREACHABLE = "http://127.0.0.1:9/debian"  # port 9 (discard): nothing listens, the connection is refused
 
 
@@ -32,7 +32,7 @@ def test_up_fails_with_the_reason_when_the_package_step_fails(lab):
     assert r.returncode == 1, r.stdout + r.stderr
     err = r.stderr
     assert "error in step 'container template'" in err, err
-    assert "(debootstrap)" in err and f"Failed getting release file {UNREACHABLE}/dists/bookworm/Release" in err, err
+    assert "(debootstrap)" in err and f"Failed getting release file {UNREACHABLE}/dists/trixie/Release" in err, err
     assert "log: /var/lib/inferops-lab/log/template-build.log" in err, err
     assert "what to do:" in err and "INFEROPS_LAB_MIRROR" in err, err
     with open("/var/lib/inferops-lab/log/template-build.log") as f:

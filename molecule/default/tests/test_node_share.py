@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "corpus"))
 import labstate  # noqa: E402  (reads the world: CT configs, CT list, the server's PIDs and files)
 
 PLAYBOOK = os.path.join(ROOT, "playbooks", "deploy.yml")
-TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"  # tests/lab/labctl TEMPLATE_VOLID
+TEMPLATE = "local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"  # tests/lab/labctl TEMPLATE_VOLID
 
 
 def sh(*cmd: str, check: bool = True) -> str:

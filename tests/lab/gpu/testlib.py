@@ -107,8 +107,8 @@ def lab_up():
 
 CT = os.environ.get("LABGPU_TEST_VMID", "197")
 CT_GPUS = (6, 7)
-TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
-TEMPLATE_FILE = "/var/lib/vz/template/cache/debian-12-standard_12.7-1_amd64.tar.zst"
+TEMPLATE = "local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"
+TEMPLATE_FILE = "/var/lib/vz/template/cache/debian-13-standard_13.1-1_amd64.tar.zst"
 
 
 def container_available():

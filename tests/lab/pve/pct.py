@@ -34,7 +34,8 @@ NOT_SIMULATED = "not simulated"
 _CONFIG = "config"  # every config option of pct.conf(5) the lab knows (pvelab.option_checker)
 CREATE_EXTRA = {"password": "value", "ssh-public-keys": "value", "start": "bool", "storage": "value",
                 "force": NOT_SIMULATED, "restore": NOT_SIMULATED, "unique": NOT_SIMULATED,
-                "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED}
+                "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED,
+                "ha-managed": NOT_SIMULATED}  # PVE 9's create_vm; the lab has no HA
 SCHEMAS = {
     "exec": {"keep-env": "bool"},                                   # pct.pm exec
     "enter": {"keep-env": "bool"},                                  # pct.pm enter

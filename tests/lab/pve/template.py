@@ -1,4 +1,7 @@
-"""The lab's container template: Debian 12 debootstrapped straight into a rootfs, checked, packed as a vztmpl.
+"""The lab's container template: Debian debootstrapped straight into a rootfs, checked, packed as a vztmpl.
+
+Debian 13 "trixie" (PVE 9's `debian-13-standard`) is the lab's template; Debian 12 "bookworm" (PVE 8's
+`debian-12-standard`) can still be built (`labctl build-template OUT --suite bookworm`).
 
   python3 template.py verify ROOTFS     (the check alone, on an unpacked rootfs)
 Building is `labctl build-template OUT [--mirror URL]` or `labctl up`, which call build() below.
@@ -17,8 +20,11 @@ import subprocess
 import sys
 import time
 
-SUITE = "bookworm"
-# What PVE's debian-12-standard template has that the roles and the lab use: python3 with venv and pip
+# suite -> the file name PVE's own template of that release has (pveam available --section system, PVE 9.1:
+# debian-13-standard_13.1-1_amd64.tar.zst; PVE 8: debian-12-standard_12.7-1_amd64.tar.zst)
+SUITES = {"trixie": "debian-13-standard_13.1-1_amd64.tar.zst", "bookworm": "debian-12-standard_12.7-1_amd64.tar.zst"}
+SUITE = "trixie"
+# What PVE's debian-12/13-standard templates have that the roles and the lab use: python3 with venv and pip
 # (the SGLang virtualenv, Ansible's modules), systemd as init (the unit, systemd-analyze verify),
 # ifupdown (pct writes /etc/network/interfaces), sshd, procps/psmisc (ps, fuser), curl, CA certificates.
 PACKAGES = ["systemd", "systemd-sysv", "python3", "python3-venv", "python3-pip", "procps", "psmisc",
@@ -115,8 +121,11 @@ def _configure(root: str) -> None:
     os.makedirs(os.path.join(root, "var/cache/apt/archives/partial"), exist_ok=True)
 
 
-def build(out: str, mirror: str, log: str, workdir: str) -> float:
-    """Build OUT (a .tar.zst vztmpl); returns the seconds it took. Raises BuildError."""
+def build(out: str, mirror: str, log: str, workdir: str, suite: str = SUITE) -> float:
+    """Build OUT (a .tar.zst vztmpl) of Debian `suite`; returns the seconds it took. Raises BuildError."""
+    if suite not in SUITES:
+        raise BuildError("debootstrap", f"suite {suite!r} is not one the lab builds", log,
+                         f"give one of {', '.join(SUITES)}")
     t0 = time.time()
     root = os.path.join(workdir, "rootfs")
     shutil.rmtree(workdir, ignore_errors=True)
@@ -126,15 +135,15 @@ def build(out: str, mirror: str, log: str, workdir: str) -> float:
         raise BuildError("debootstrap", "debootstrap is not installed", log,
                          "install it (apt-get install debootstrap); `labctl up` does this itself")
     cmd = ["debootstrap", "--variant=minbase", "--components=main", f"--include={','.join(PACKAGES)}",
-           SUITE, root, mirror]
+           suite, root, mirror]
     with open(log, "w") as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
         r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         raise BuildError("debootstrap", f"exit {r.returncode}: {_log_tail(log)}", log,
-                         f"check that the mirror {mirror} serves Debian {SUITE} from this machine "
-                         f"(curl -sI {mirror.rstrip('/')}/dists/{SUITE}/Release), or name another with "
+                         f"check that the mirror {mirror} serves Debian {suite} from this machine "
+                         f"(curl -sI {mirror.rstrip('/')}/dists/{suite}/Release), or name another with "
                          "INFEROPS_LAB_MIRROR=URL, then run `make lab` again")
     _configure(root)
     problems = verify_rootfs(root)

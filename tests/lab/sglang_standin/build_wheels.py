@@ -5,7 +5,7 @@
 Writes, without network or build backends (a wheel is a zip with METADATA, WHEEL and RECORD):
 
     OUT/sglang-<ver>-py3-none-any.whl         one per version in VERSIONS
-    OUT/setproctitle-*.whl                     cp311/cp312 manylinux x86_64 (pip download, cached)
+    OUT/setproctitle-*.whl                     cp311/cp312/cp313 manylinux x86_64 (pip download, cached)
     OUT/simple/index.html, OUT/simple/<name>/index.html    PEP 503 index
     OUT/models/kimi-k2-tiny/, OUT/models/llama-3-70b-tiny/ config.json + model.safetensors.index.json
 
@@ -150,9 +150,10 @@ def _write_if_changed(path: str, data: bytes):
 
 
 def fetch_setproctitle(out_dir: str) -> bool:
-    """pip download setproctitle's cp311 and cp312 manylinux x86_64 wheels into out_dir, once."""
+    """pip download setproctitle's cp311, cp312 and cp313 manylinux x86_64 wheels into out_dir, once (3.11: Debian 12
+    containers; 3.13: Debian 13, the lab's template; 3.12: the controller's)."""
     ok = True
-    for py in ("311", "312"):
+    for py in ("311", "312", "313"):
         if glob.glob(os.path.join(out_dir, "setproctitle-*-cp%s-cp%s-*x86_64*.whl" % (py, py))):
             continue
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",

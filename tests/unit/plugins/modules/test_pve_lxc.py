@@ -58,7 +58,7 @@ class FakePVE(FakeResource):
         self.calls = []
         self.task_exit = {}  # task type -> exitstatus override
         self.concurrent_change = False
-        self.templates = ["local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"]
+        self.templates = ["local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst"]
         self.elsewhere = {}  # vmid -> another node of the cluster that has it
 
     @staticmethod
@@ -165,7 +165,7 @@ class FakePVE(FakeResource):
 
 BASE = dict(vmid=198, node=NODE, api_host="127.0.0.1", api_user="root@pam", api_password="secret")
 DECLARED = dict(
-    ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+    ostemplate="local:vztmpl/debian-13-standard_13.1-1_amd64.tar.zst",
     hostname="gpu-198",
     cores=2,
     memory_mib=2048,
