@@ -32,6 +32,7 @@ GPU_QUERY_FIELDS: tuple[str, ...] = (
     "pci.bus_id",
     "driver_version",
     "persistence_mode",
+    "utilization.gpu",
 )
 # Keys of the dictionaries returned for each GPU, same order as GPU_QUERY_FIELDS.
 GPU_KEYS: tuple[str, ...] = (
@@ -43,8 +44,9 @@ GPU_KEYS: tuple[str, ...] = (
     "pci_bus_id",
     "driver_version",
     "persistence_mode",
+    "utilization_gpu_pct",
 )
-GPU_INT_KEYS = frozenset({"index", "memory_total_mib", "memory_used_mib"})
+GPU_INT_KEYS = frozenset({"index", "memory_total_mib", "memory_used_mib", "utilization_gpu_pct"})
 # The column that may itself contain commas (overflow columns are folded back into it).
 _GPU_FREE_TEXT_COLUMN = 1  # name
 

@@ -224,6 +224,15 @@ def evaluate_sample(sample: Mapping[str, Any], baseline: Optional[Mapping[str, A
             reasons.append("GPU %d: %d MiB used, %d MiB above baseline %d MiB (tolerance %d MiB)%s" % (
                 idx, used, excess, base_mib, gpu_tol,
                 "" if own or apps else " with no process: held by the driver"))
+        util = row.get("utilization_gpu_pct")
+        if not apps and util is not None and util > 0:
+            # Busy with no process on the GPU at all (none of this container's, none of another's): Blackwell GPUs
+            # latch their "engine busy" counter when a process dies mid-kernel, with no memory and no process left,
+            # and persistence mode keeps it (Datura-ai/lium-io PR #1142, PR #1140). Whatever holds it, such a GPU
+            # is not idle as far as the driver says, so it is not clean.
+            gpu_rows[-1].update(clean=False, busy_without_process=True)
+            reasons.append("GPU %d: %d%% utilisation with no process (busy without a process: the driver's busy "
+                           "counter is latched, seen on Blackwell GPUs after a process died mid-kernel)" % (idx, util))
         if foreign:
             notes.append("GPU %d is also used by %s" % (idx, ", ".join(
                 "%s (%s)" % (a["pid"], "CT %s" % a["owner"] if isinstance(a["owner"], int) else a["owner"]) for a in foreign)))
@@ -378,6 +387,10 @@ def choose_rung(diag: Mapping[str, Any], after_rung: int = 0) -> tuple[int, str]
         if running:
             return pick(RUNG_STOP_CONTAINER, "GPU memory held with no process (driver-held): stop the container")
         return pick(RUNG_RESET_GPUS, "GPU memory held with no process and the container stopped: reset the GPUs")
+    if diag.get("gpu_busy_without_process") and not diag.get("gpu_excess_without_process"):
+        # The latch holds no memory and no process: stopping the container does not clear it (persistence mode keeps
+        # the GPU initialised); a GPU reset with persistence mode off does (rung 5 turns it off, resets, turns it on).
+        return pick(RUNG_RESET_GPUS, "GPU(s) busy with no process (a latched busy counter): reset the GPUs")
     if diag.get("host_memory_only"):
         if running:
             return pick(RUNG_STOP_CONTAINER, "only host memory is above baseline: stop the container to release it")
@@ -416,7 +429,8 @@ def settled(recommended_rung: int, findings: Mapping[str, Any], elapsed_s: float
     if stuck and elapsed_s >= stuck_grace_s:
         return True, "%d process(es) still stuck after %.0f s (grace %.0f s)" % (stuck, elapsed_s, stuck_grace_s)
     if not stuck and elapsed_s >= release_grace_s and (
-            findings.get("gpu_excess_without_process") or int(findings.get("holders") or 0) > 0
+            findings.get("gpu_excess_without_process") or findings.get("gpu_busy_without_process")
+            or int(findings.get("holders") or 0) > 0
             or findings.get("container_status") != "running"):
         return True, "not released after %.0f s (release grace %.0f s)" % (elapsed_s, release_grace_s)
     return False, "waiting (%.0f s since the rung started)" % elapsed_s
@@ -448,7 +462,7 @@ def next_rung_after(diag: Mapping[str, Any], after_rung: int) -> tuple[int, str]
             nxt = RUNG_STOP_CONTAINER
         return nxt, "rung %d did not clear it: escalate" % after_rung
     if after_rung < RUNG_RESET_GPUS and (diag.get("gpu_excess_without_process") or diag.get("recovery_reset")
-                                         or not running) \
+                                         or diag.get("gpu_busy_without_process") or not running) \
             and not diag.get("ct_holders") and not diag.get("ct_stuck") and not diag.get("host_memory_only"):
         return RUNG_RESET_GPUS, "GPU memory still held with no process: reset the GPUs"
     return RUNG_REBOOT, "rung %d did not clear it and no lower rung applies: the node needs a reboot" % after_rung
@@ -563,6 +577,7 @@ def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, 
     gpu_tol = int(tolerances.get("gpu_memory_mib", 16))
     excess_no_proc = any((g.get("excess_mib") or 0) > gpu_tol and not any(
         a.get("owner") == vmid for a in g["compute_apps"]) for g in last_eval["gpus"]) and not holders
+    busy_no_proc = any(g.get("busy_without_process") for g in last_eval["gpus"]) and not holders
     host_only = (not clean and all(g["clean"] for g in last_eval["gpus"]) and not holders and not stuck
                  and bool(last_eval["host"]["reasons"]) and not last.get("nvidia_smi_error"))
     only_unreadable = (not clean and bool(failing) and not signals and not service_active and not holders
@@ -575,13 +590,14 @@ def judge(samples: Sequence[Mapping[str, Any]], baseline: Optional[Mapping[str, 
     unfixable = ([missing_baseline] if missing_baseline else []) + kern["reasons"]
     diag = {"clean": clean, "container_status": container_status, "service_active": service_active,
             "ct_holders": holders, "ct_stuck": stuck, "gpu_excess_without_process": excess_no_proc,
-            "host_memory_only": host_only, "reboot_signals": signals,
+            "gpu_busy_without_process": busy_no_proc, "host_memory_only": host_only, "reboot_signals": signals,
             "recovery_reset": any(kind == "reset" for kind in recovery.values()),
             "only_unreadable": only_unreadable, "reasons": failing, "unfixable": unfixable}
     rung, why = choose_rung(diag, after_rung)
     findings = {
         "container_status": container_status, "service_active": service_active, "holders": len(holders),
-        "stuck": len(stuck), "gpu_excess_without_process": excess_no_proc, "host_memory_only": host_only,
+        "stuck": len(stuck), "gpu_excess_without_process": excess_no_proc,
+        "gpu_busy_without_process": busy_no_proc, "host_memory_only": host_only,
         "reboot_signals": signals, "recovery_reset": diag["recovery_reset"],
         "baseline_missing": missing_baseline is not None, "new_xids": [x["xid"] for x in kern["new_xids"]],
         "only_unreadable": only_unreadable, "stop_timed_out": bool(stop_timed_out),

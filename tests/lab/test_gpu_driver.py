@@ -317,6 +317,41 @@ def test_memory_na_prints_na_for_memory_figures(gpu_fault_clear):
         h.stop()
 
 
+def test_util_latch_busy_with_no_process_until_a_clean_client_or_a_reset(gpu_fault_clear, pm_restore,
+                                                                        persistenced_stopped):
+    """Fault util-latch (Datura-ai/lium-io PR #1142, #1140): 100 % utilisation with no process and no memory of its
+    own; a reset is refused while persistence mode holds the GPU; a client that opens and closes cleanly clears it,
+    a killed one does not; a reset with persistence mode off clears it too."""
+    def util():
+        r = t.smi("--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits", "-i", str(GPU))
+        assert r.returncode == 0, r.stdout
+        return r.stdout
+
+    assert util() == "%d, 0\n" % GPU
+    assert t.smi("-pm", "1", "-i", str(GPU)).returncode == 0
+    assert t.driver({"op": "fault_set", "fault": "util_latch", "gpu": GPU})["ok"]
+    assert util() == "%d, 100\n" % GPU
+    bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
+    assert not [a for a in t.compute_apps() if a[3] == t.driver({"op": "query"})["gpus"][GPU]["uuid"]]
+    r = t.smi("-r", "-i", str(GPU))
+    assert r.returncode == 255 and "GPU %s: In use by another client" % bus in r.stdout
+    killed = t.Holder(GPU, 64)
+    killed.stop()  # a client that dies does not clear it
+    t.gpu_used(GPU)
+    assert util() == "%d, 100\n" % GPU
+    h = t.Holder(GPU, 64)
+    try:
+        assert t.driver({"op": "free", "handle": h.reply["handle"]})["ok"]  # a clean close after the latch
+        assert util() == "%d, 0\n" % GPU
+    finally:
+        h.stop()
+    assert t.driver({"op": "fault_set", "fault": "util_latch", "gpu": GPU})["ok"]
+    assert t.smi("-pm", "0", "-i", str(GPU)).returncode == 0
+    r = t.smi("-r", "-i", str(GPU))
+    assert r.returncode == 0, r.stdout
+    assert util() == "%d, 0\n" % GPU
+
+
 def test_xid_on_exit_is_logged_when_the_client_goes_away(gpu_fault_clear):
     bus = t.driver({"op": "query"})["gpus"][GPU]["pci_bus_id"]
     assert t.driver({"op": "fault_set", "fault": "xid_on_exit", "gpu": GPU, "xid": 45})["ok"]

@@ -303,7 +303,11 @@ class Driver:
         # on some servers NVML's enumeration order (the nvidia-smi index) and the driver's minor numbers (/dev/nvidiaN,
         # nvidia-smi -q "Minor Number") differ. The set of minors stays the set of indexes: the device nodes are the
         # same, only which GPU each one is changes.
-        self.gpu_faults = {"lost": [], "memory_na": [], "xid_on_exit": {}, "minor_map": {}}
+        # "util_latch": {str(index): since}: the GPU reports 100 % utilisation with no process and no memory of its
+        # own (fault "util-latch"): Blackwell's latched "engine busy" counter after a process died mid-kernel, which
+        # persistence mode keeps; a fresh client's clean open and close on the GPU clears it (Datura-ai/lium-io PR
+        # #1142), and so does a reset, which persistence mode refuses (op_reset; lium-io PR #1140).
+        self.gpu_faults = {"lost": [], "memory_na": [], "xid_on_exit": {}, "minor_map": {}, "util_latch": {}}
         # GPU resets done per GPU (lab evidence: which GPU a reset really hit).
         self.resets = [0] * len(self.gpus)
         self.seq = 0
@@ -476,7 +480,8 @@ class Driver:
             d.update({"minor": self.minor_of(i), "resets": self.resets[i], "memory_used_mib": used,
                       "memory_free_mib": max(0, g["memory_total_mib"] - g["memory_reserved_mib"] - used),
                       "persistence_mode": self.pm[i], "recovery_action": self.recovery[i], "processes": plist,
-                      "lost": i in self.gpu_faults["lost"], "memory_na": i in self.gpu_faults["memory_na"]})
+                      "lost": i in self.gpu_faults["lost"], "memory_na": i in self.gpu_faults["memory_na"],
+                      "utilization_gpu": 100 if str(i) in self.gpu_faults.get("util_latch", {}) else 0})
             if not in_container:
                 d["driver_retained_mib"] = -(-retained // MIB)
             gpus.append(d)
@@ -526,6 +531,10 @@ class Driver:
         if a["pid"] != pid and a["pidns"] != pidns_of(pid) and not (uid == 0 and not in_container):
             return {"ok": False, "error": "invalid resource handle (cudaErrorInvalidResourceHandle)"}
         del self.allocs[h]
+        latch = self.gpu_faults.get("util_latch", {})
+        if str(a["gpu"]) in latch and a.get("created", 0) > latch[str(a["gpu"])]:
+            # a client that came after the latch closed cleanly: the busy counter is reset (lium-io PR #1142)
+            del latch[str(a["gpu"])]
         self.save()
         return {"ok": True}
 
@@ -576,6 +585,7 @@ class Driver:
         for i in targets:
             if self.recovery[i] in ("Reset", "Drain and Reset"):
                 self.recovery[i] = "None"
+            self.gpu_faults.get("util_latch", {}).pop(str(i), None)
             self.resets[i] += 1
         self.save()
         return {"ok": True, "reset": [{"index": i, "pci_bus_id": self.gpus[i]["pci_bus_id"]} for i in targets]}
@@ -600,7 +610,7 @@ class Driver:
             self.recovery[gpu] = action
             self.save()
             return {"ok": True}
-        if req.get("fault") in ("gpu_lost", "memory_na", "xid_on_exit", "xid"):
+        if req.get("fault") in ("gpu_lost", "memory_na", "xid_on_exit", "xid", "util_latch"):
             gpu = req.get("gpu")
             if not isinstance(gpu, int) or not 0 <= gpu < len(self.gpus):
                 return {"ok": False, "error": "need gpu 0..%d" % (len(self.gpus) - 1)}
@@ -612,6 +622,8 @@ class Driver:
             elif fault == "memory_na":
                 if gpu not in self.gpu_faults["memory_na"]:
                     self.gpu_faults["memory_na"].append(gpu)
+            elif fault == "util_latch":
+                self.gpu_faults.setdefault("util_latch", {})[str(gpu)] = time.time()
             else:
                 xid = req.get("xid")
                 if not isinstance(xid, int) or xid <= 0:
@@ -646,6 +658,7 @@ class Driver:
                 if int(i) in self.gpu_faults[key]:
                     self.gpu_faults[key].remove(int(i))
             self.gpu_faults["xid_on_exit"].pop(str(int(i)), None)
+            self.gpu_faults.setdefault("util_latch", {}).pop(str(int(i)), None)
         if req.get("gpus") is None and req.get("pidns") is None:
             self.gpu_faults["minor_map"] = {}
         ns = req.get("pidns")

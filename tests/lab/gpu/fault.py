@@ -10,6 +10,7 @@
     fault.py inject recovery-action  --vmid 129 [--gpu 0] [--action Reset]
     fault.py inject gpu-lost         --vmid 129 [--gpu 0]
     fault.py inject memory-na        --vmid 129 [--gpu 0]
+    fault.py inject util-latch       --vmid 129 [--gpu 0]
     fault.py inject xid-on-exit      --vmid 129 [--gpu 0] [--xid 45]
     fault.py clear [--vmid 129]
     fault.py minor-map [--node pve1] 5=6,6=5     (GPU index=device minor; "" or "none": minor = index again)
@@ -58,6 +59,12 @@ FAULTS = {
                 "catalogue: 79; nvidia-smi(1) return value 15)",
     "memory-na": "nvidia-smi prints [N/A] for one GPU's memory.used/memory.free and its apps' used memory (a value "
                  "NVML does not return)",
+    "util-latch": "one GPU of the CT reports 100 percent utilisation with no process and no memory of its own: the "
+                  "latched 'engine busy' counter of Blackwell GPUs after a process died mid-kernel (Datura-ai/lium-io PR "
+                  "#1142: 0 MiB, zero processes, survives under persistence mode; 580.x to 595.x). A client that opens "
+                  "and cleanly closes the GPU afterwards clears it (same PR), and so does a GPU reset, which persistence "
+                  "mode refuses (lium-io PR #1140: the state persists because persistence mode keeps the device "
+                  "initialised)",
     "xid-on-exit": "the driver logs an Xid (default 45, 'Robust Channel Preemptive Removal') for one GPU of the CT "
                    "when a client of that GPU goes away (NVIDIA Xid catalogue)",
     "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
@@ -392,6 +399,7 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "recovery-action": clear_recovery_action,
          "gpu-lost": clear_recovery_action,
          "memory-na": clear_recovery_action,
+         "util-latch": clear_recovery_action,
          "xid-on-exit": clear_recovery_action,
          "stuck": clear_stuck}
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
@@ -399,6 +407,7 @@ INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_e
           "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset"),
           "slow-teardown": lambda v, i, a: inject_driver_held(v, i, a, until="seconds"),
           "gpu-lost": inject_gpu_fault("gpu_lost"), "memory-na": inject_gpu_fault("memory_na"),
+          "util-latch": inject_gpu_fault("util_latch"),
           "xid-on-exit": inject_gpu_fault("xid_on_exit")}
 
 
@@ -489,7 +498,7 @@ def main(argv):
     pi.add_argument("name", choices=sorted(FAULTS))
     pi.add_argument("--vmid", required=True)
     pi.add_argument("--gpus", help="escaped-workers: GPU indexes (default: every GPU the CT has)")
-    pi.add_argument("--gpu", type=int, help="stuck, recovery-action, gpu-lost, memory-na, xid-on-exit: GPU index (default: the CT's first GPU)")
+    pi.add_argument("--gpu", type=int, help="stuck, recovery-action, gpu-lost, memory-na, util-latch, xid-on-exit: GPU index (default: the CT's first GPU)")
     pi.add_argument("--action", default="Reset", choices=driverd.RECOVERY_ACTIONS[1:],
                     help="recovery-action: the value the driver reports (Reset)")
     pi.add_argument("--seconds", type=float, default=30.0, help="slow-teardown: how long the teardown takes (30)")

@@ -8,11 +8,11 @@ import pytest
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts as gf
 
-# nvidia-smi --query-gpu=index,name,memory.total,memory.used,uuid,pci.bus_id,driver_version,persistence_mode
+# nvidia-smi --query-gpu=index,name,memory.total,memory.used,uuid,pci.bus_id,driver_version,persistence_mode,utilization.gpu
 #            --format=csv,noheader,nounits  (H100 HGX node, real format)
 H100_CSV = """\
-0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-5a1b6c7d-0e1f-2a3b-4c5d-6e7f8a9b0c1d, 00000000:18:00.0, 550.54.15, Enabled
-1, NVIDIA H100 80GB HBM3, 81559, 70312, GPU-6b2c7d8e-1f20-3b4c-5d6e-7f8091a2b3c4, 00000000:2A:00.0, 550.54.15, Enabled
+0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-5a1b6c7d-0e1f-2a3b-4c5d-6e7f8a9b0c1d, 00000000:18:00.0, 550.54.15, Enabled, 0
+1, NVIDIA H100 80GB HBM3, 81559, 70312, GPU-6b2c7d8e-1f20-3b4c-5d6e-7f8091a2b3c4, 00000000:2A:00.0, 550.54.15, Enabled, 0
 """
 
 COMPUTE_APPS_CSV = """\
@@ -50,6 +50,7 @@ def test_parse_gpu_csv_real_format():
         "pci_bus_id": "00000000:18:00.0",
         "driver_version": "550.54.15",
         "persistence_mode": "Enabled",
+        "utilization_gpu_pct": 0,
     }
     assert gpus[1]["memory_used_mib"] == 70312
     summary = gf.summarize_gpus(gpus)
@@ -59,27 +60,27 @@ def test_parse_gpu_csv_real_format():
 
 
 def test_parse_gpu_csv_na_values_become_none():
-    line = "0, NVIDIA A10G, [N/A], [Not Supported], GPU-1, 00000000:00:1E.0, 535.104.05, [N/A]\n"
+    line = "0, NVIDIA A10G, [N/A], [Not Supported], GPU-1, 00000000:00:1E.0, 535.104.05, [N/A], [Not Supported]\n"
     gpu = gf.parse_gpu_csv(line)[0]
     assert gpu["memory_total_mib"] is None
     assert gpu["memory_used_mib"] is None
-    assert gpu["persistence_mode"] is None
+    assert gpu["persistence_mode"] is None and gpu["utilization_gpu_pct"] is None
     assert gf.summarize_gpus([gpu])["gpu_memory_total_mib"] == 0
 
 
 def test_parse_gpu_csv_name_with_comma_and_units():
-    line = "3, NVIDIA Foo, Rev 2, 1024 MiB, 5 MiB, GPU-x, 00000000:01:00.0, 1.2.3, Disabled"
+    line = "3, NVIDIA Foo, Rev 2, 1024 MiB, 5 MiB, GPU-x, 00000000:01:00.0, 1.2.3, Disabled, 3"
     gpu = gf.parse_gpu_csv(line)[0]
     assert gpu["name"] == "NVIDIA Foo, Rev 2"
     assert gpu["memory_total_mib"] == 1024
-    assert gpu["memory_used_mib"] == 5
+    assert gpu["memory_used_mib"] == 5 and gpu["utilization_gpu_pct"] == 3
 
 
 def test_parse_gpu_csv_errors():
-    with pytest.raises(gf.ParseError, match="expected 8 comma-separated columns"):
+    with pytest.raises(gf.ParseError, match="expected 9 comma-separated columns"):
         gf.parse_gpu_csv("0, only, three")
     with pytest.raises(gf.ParseError, match="integer for memory_total_mib"):
-        gf.parse_gpu_csv("0, X, lots, 0, GPU-1, 0000:00:00.0, 1, Enabled")
+        gf.parse_gpu_csv("0, X, lots, 0, GPU-1, 0000:00:00.0, 1, Enabled, 0")
     assert gf.parse_gpu_csv("") == []
     assert gf.parse_gpu_csv("No devices were found\n") == []
 
@@ -101,7 +102,7 @@ def test_parse_compute_apps():
 
 def test_query_args():
     args = gf.gpu_query_args("/usr/bin/nvidia-smi")
-    assert args[1] == "--query-gpu=index,name,memory.total,memory.used,uuid,pci.bus_id,driver_version,persistence_mode"
+    assert args[1] == "--query-gpu=index,name,memory.total,memory.used,uuid,pci.bus_id,driver_version,persistence_mode,utilization.gpu"
     assert args[2] == "--format=csv,noheader,nounits"
     assert gf.compute_apps_query_args("nvidia-smi")[1] == "--query-compute-apps=pid,process_name,used_memory,gpu_uuid"
 

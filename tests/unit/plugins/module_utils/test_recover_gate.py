@@ -44,7 +44,7 @@ def test_evaluate_driver_held_memory():
 @pytest.mark.parametrize("text", ["[N/A]", "[Unknown Error]", "[GPU is lost]"])
 def test_evaluate_unknown_memory_is_not_clean(text):
     """A GPU whose memory.used nvidia-smi cannot tell is not clean (it used to count as 0 MiB)."""
-    row = gf.parse_gpu_csv("7, NVIDIA RTX PRO 6000, 97887, %s, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n" % text)[0]
+    row = gf.parse_gpu_csv("7, NVIDIA RTX PRO 6000, 97887, %s, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled, 0\n" % text)[0]
     assert row["memory_used_mib"] is None
     s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0, "apps": []}, dict(row, apps=[])])
     e = gate.evaluate_sample(s, BASE, TOL)
@@ -257,7 +257,7 @@ def test_judge_clean():
     assert j.summary == ("Clean: CT 131 (running), GPUs [6, 7] at baseline with no compute apps, host memory within "
                          "tolerance of the baseline")
     assert j.findings == {"container_status": "running", "service_active": False, "holders": 0, "stuck": 0,
-                          "gpu_excess_without_process": False, "host_memory_only": False, "reboot_signals": [],
+                          "gpu_excess_without_process": False, "gpu_busy_without_process": False, "host_memory_only": False, "reboot_signals": [],
                           "recovery_reset": False, "baseline_missing": False, "new_xids": [],
                           "only_unreadable": False, "stop_timed_out": False}
 
@@ -439,3 +439,36 @@ def test_a_decided_sample_fixes_the_verdict_and_the_stuck_processes_whatever_fol
 ])
 def test_poll_again(settled_now, elapsed, budget, again):
     assert gate.poll_again(settled_now, elapsed, budget) is again
+
+
+# --------------------------------------------------------------------------- busy with no process (PVE 9 nodes' drivers)
+
+def test_busy_with_no_process_is_not_clean_and_named():
+    """A GPU that nvidia-smi reports busy while no process is on it and its memory is at the baseline (Blackwell's
+    latched busy counter, Datura-ai/lium-io PR #1142) is not clean; the reason names it; the rung is the reset (rung
+    5 turns persistence mode off first), since stopping the container does not clear it."""
+    s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 0, "apps": [], "utilization_gpu_pct": 100},
+                     {"index": 7, "uuid": "GPU-7", "memory_used_mib": 10, "apps": [], "utilization_gpu_pct": 0}])
+    e = gate.evaluate_sample(s, BASE, TOL)
+    assert not e["clean"] and [g["clean"] for g in e["gpus"]] == [False, True]
+    assert e["reasons"] == ["GPU 6: 100% utilisation with no process (busy without a process: the driver's busy "
+                            "counter is latched, seen on Blackwell GPUs after a process died mid-kernel)"]
+    j = judged([s, s])
+    assert j.verdict == "Not clean" and j.findings["gpu_busy_without_process"] is True
+    assert j.rung == gate.RUNG_RESET_GPUS and "busy with no process" in j.why
+    j = judged([s, s], status="stopped")
+    assert j.rung == gate.RUNG_RESET_GPUS
+    # after a reset that did not clear it, the next rung is the reboot
+    assert gate.choose_rung({"clean": False, "container_status": "running", "gpu_busy_without_process": True},
+                            gate.RUNG_RESET_GPUS)[0] == gate.RUNG_REBOOT
+
+
+def test_busy_with_a_process_or_unreported_is_not_this_reason():
+    """Utilisation with a process on the GPU is that process's (judged as a process); a driver that does not report
+    utilisation ([N/A]: None) leaves the gate as it was."""
+    app = {"pid": 5, "process_name": "python3", "used_memory_mib": 20, "owner": "host"}
+    s = sample(gpus=[{"index": 6, "uuid": "GPU-6", "memory_used_mib": 20, "apps": [app], "utilization_gpu_pct": 90},
+                     {"index": 7, "uuid": "GPU-7", "memory_used_mib": 10, "apps": [], "utilization_gpu_pct": None}])
+    e = gate.evaluate_sample(s, BASE, TOL)
+    assert e["clean"], e["reasons"]
+    assert not any("utilisation" in r for r in e["reasons"])

@@ -12,8 +12,8 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_baseline
 
-GPU_CSV = ("0, NVIDIA H100, 81559, {used0}, GPU-0, 00000000:18:00.0, 580.95.05, Enabled\n"
-           "1, NVIDIA H100, 81559, 0, GPU-1, 00000000:2A:00.0, 580.95.05, Enabled\n")
+GPU_CSV = ("0, NVIDIA H100, 81559, {used0}, GPU-0, 00000000:18:00.0, 580.95.05, Enabled, 0\n"
+           "1, NVIDIA H100, 81559, 0, GPU-1, 00000000:2A:00.0, 580.95.05, Enabled, 0\n")
 
 
 def run(monkeypatch, capsys, tmp_path, states, check=False, wait=0):

@@ -12,8 +12,8 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_diagnose
 
 VMID = 9876  # no such container on the test machine: the host scan finds none of its processes
-GPU_CSV = ("6, NVIDIA RTX PRO 6000, 97887, {used6}, GPU-6, 00000000:DB:00.0, 580.95.05, Enabled\n"
-           "7, NVIDIA RTX PRO 6000, 97887, 0, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled\n")
+GPU_CSV = ("6, NVIDIA RTX PRO 6000, 97887, {used6}, GPU-6, 00000000:DB:00.0, 580.95.05, Enabled, 0\n"
+           "7, NVIDIA RTX PRO 6000, 97887, 0, GPU-7, 00000000:BA:00.0, 580.95.05, Enabled, 0\n")
 
 
 DECLARED = [{"host": "ct9876", "vmid": VMID, "node_host": "pve1"}]

@@ -11,7 +11,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_host_facts
 
-GPU_CSV = "0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-aaaa, 00000000:18:00.0, 550.54.15, Enabled\n"
+GPU_CSV = "0, NVIDIA H100 80GB HBM3, 81559, 0, GPU-aaaa, 00000000:18:00.0, 550.54.15, Enabled, 0\n"
 APPS_CSV = "4242, sglang::scheduler_TP0, 70144, GPU-aaaa\n"
 
 

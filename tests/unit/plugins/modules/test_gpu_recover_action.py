@@ -126,7 +126,7 @@ def test_sigkill_is_planned_again_from_a_fresh_table(monkeypatch, children):
 
 
 # Rung 5 on an NVSwitch node: every GPU is every other's NVLink peer, so GPU 0's reset group is all eight.
-GPU_ROWS = "".join("%d, NVIDIA H100, 81559, 0, GPU-%d, 00000000:%02X:00.0, 580.95.05, Disabled\n" % (i, i, i)
+GPU_ROWS = "".join("%d, NVIDIA H100, 81559, 0, GPU-%d, 00000000:%02X:00.0, 580.95.05, Disabled, 0\n" % (i, i, i)
                    for i in range(8))
 TOPO_NVSWITCH = "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\n" + "".join(
     "GPU%d\t%s\n" % (i, "\t".join("X" if j == i else "NV18" for j in range(8))) for i in range(8))
