@@ -103,6 +103,7 @@ gpus:
     - C(minor_number) is the GPU's device minor (C(/dev/nvidia<minor_number>), what PVE's devN entries pass), read
       from C(nvidia-smi -q)'s "Minor Number" under the GPU's PCI bus id; null when the driver does not give it
       (RV(gpu_numbering_problems) says why). It is usually, not always, the index.
+    - C(utilization_gpu_pct) is nvidia-smi's C(utilization.gpu) (percent); null where the driver does not report it.
   returned: always
   type: list
   elements: dict
@@ -115,6 +116,7 @@ gpus:
       pci_bus_id: "00000000:18:00.0"
       driver_version: 550.54.15
       persistence_mode: Enabled
+      utilization_gpu_pct: 0
       minor_number: 0
 gpu_numbering_problems:
   description: Why a GPU's C(minor_number) is null (C(nvidia-smi -q) failed, no Minor Number, one given twice); empty when every GPU is numbered.
