@@ -409,6 +409,53 @@ def read_kernel_module_version(root: str = "/") -> Optional[str]:
     return parse_driver_version_file(read_text(join_root(root, "/proc/driver/nvidia/version")))
 
 
+# Driver builds whose kernel module is reported not to build on a kernel series, as (driver branches, first patch
+# release that builds, first kernel (major, minor) that breaks, source). A node on PVE 9 boots the newest installed
+# proxmox-kernel: a DKMS module that does not build for it is simply absent after the reboot.
+_DRIVER_KERNEL_BREAKS: tuple[tuple[tuple[int, ...], Optional[tuple[int, ...]], tuple[int, int], str], ...] = (
+    ((550, 555), None, (6, 17),
+     "the 550/555 kernel modules fail to build on 6.17 (NVIDIA/open-gpu-kernel-modules#1143: 550.163.01 and "
+     "555.58.02 on 6.17.13-2-pve, PVE 9.1, whose default kernel is 6.17); a 580.x driver builds there"),
+    ((580,), (580, 159, 4), (7, 1),
+     "580.x before 580.159.04 fails to build on Linux 7.1 (void-linux/void-packages#61087: 580.142; NVIDIA's "
+     "580.159.04 notes: 'Fixed kernel module build issue with Linux kernel v7.1')"),
+)
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    out = []
+    for part in re.split(r"[.\-+]", str(text)):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def driver_kernel_problem(driver_version: Optional[str], kernel_release: str) -> Optional[str]:
+    """Why the NVIDIA driver ``driver_version`` is known not to build its kernel module for ``kernel_release``
+    (``uname -r``, e.g. 6.17.13-2-pve), or None when no known report says so."""
+    driver = _numbers(driver_version or "")
+    kernel = _numbers(kernel_release)
+    if len(driver) < 2 or len(kernel) < 2:
+        return None
+    for branches, fixed_in, breaks_from, why in _DRIVER_KERNEL_BREAKS:
+        if driver[0] in branches and kernel[:2] >= breaks_from and (fixed_in is None or driver < fixed_in):
+            return f"NVIDIA driver {driver_version} with kernel {kernel_release}: {why}"
+    return None
+
+
+def node_kernels(root: str = "/") -> list[str]:
+    """The kernel releases the node runs or can boot: the running one (``uname -r``, for root "/") and each with a
+    module tree under /lib/modules; sorted."""
+    try:
+        names = set(os.listdir(join_root(root, "/lib/modules")))
+    except OSError:
+        names = set()
+    if root == "/":
+        names.add(os.uname().release)
+    return sorted(n for n in names if _numbers(n))
+
+
 def summarize_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """Count and totals over the parsed GPU rows (None-safe)."""
     total = sum(g["memory_total_mib"] or 0 for g in gpus)

@@ -145,6 +145,14 @@ kernel_module_version:
   description: The NVIDIA kernel module version from C(/proc/driver/nvidia/version), V(null) if absent.
   returned: always
   type: str
+driver_kernel_problems:
+  description:
+    - For the running kernel and each kernel under C(/lib/modules), why the node's NVIDIA driver is known not to build
+      its kernel module for it (550/555 on 6.17, 580.x before 580.159.04 on 7.1); each is also a warning. Empty when
+      no known report applies.
+  returned: always
+  type: list
+  elements: str
 compute_apps:
   description: Processes using the GPUs (host PIDs; empty inside a container).
   returned: always
@@ -284,6 +292,15 @@ def gather(module, root="/"):
                     module.warn(f"unexpected nvidia-smi --query-compute-apps output: {exc}")
     result.update(gpu_facts.summarize_gpus(result["gpus"]))
     result["kernel_module_version"] = gpu_facts.read_kernel_module_version(root)
+    # A kernel the node runs or can boot whose module build is known to fail for this driver: warned, not refused
+    # (the running module works; the next boot into that kernel would come up without it).
+    result["driver_kernel_problems"] = []
+    driver = result.get("kernel_module_version") or result.get("driver_version")
+    for release in gpu_facts.node_kernels(root):
+        problem = gpu_facts.driver_kernel_problem(driver, release)
+        if problem:
+            result["driver_kernel_problems"].append(problem)
+            module.warn(problem)
 
     try:
         result["memory"] = gpu_facts.read_host_memory(root)

@@ -279,3 +279,31 @@ def test_read_host_memory(tmp_path):
     assert gf.read_host_memory(str(tmp_path))["mem_total_bytes"] == 2113466624 * 1024
     with pytest.raises(gf.ParseError, match="cannot read"):
         gf.read_host_memory(str(tmp_path / "none"))
+
+
+@pytest.mark.parametrize("driver,kernel,bad", [
+    ("550.163.01", "6.17.13-2-pve", "open-gpu-kernel-modules#1143"),   # PVE 9.1's default kernel
+    ("555.58.02", "6.17.2-1-pve", "open-gpu-kernel-modules#1143"),
+    ("550.163.01", "6.14.11-4-pve", None),                              # PVE 9.0's kernel: no report
+    ("580.95.05", "6.17.13-2-pve", None),
+    ("580.142", "7.1.0_1", "void-packages#61087"),
+    ("580.159.04", "7.1.0", None),                                      # the fix
+    ("580.142", "7.0.12-1-pve", None),
+    ("595.71.05", "7.1.0", None),
+    (None, "6.17.13-2-pve", None),
+    ("580.95.05", "not-a-release", None),
+])
+def test_driver_kernel_problem(driver, kernel, bad):
+    problem = gf.driver_kernel_problem(driver, kernel)
+    if bad is None:
+        assert problem is None
+    else:
+        assert bad in problem and problem.startswith("NVIDIA driver %s with kernel %s: " % (driver, kernel))
+
+
+def test_node_kernels(tmp_path):
+    (tmp_path / "lib" / "modules" / "6.17.13-2-pve").mkdir(parents=True)
+    (tmp_path / "lib" / "modules" / "6.14.11-4-pve").mkdir()
+    (tmp_path / "lib" / "modules" / "extra").mkdir()
+    assert gf.node_kernels(str(tmp_path)) == ["6.14.11-4-pve", "6.17.13-2-pve"]
+    assert gf.node_kernels(str(tmp_path / "none")) == []

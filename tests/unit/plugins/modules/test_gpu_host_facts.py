@@ -96,3 +96,14 @@ def test_a_named_nvidia_smi_that_is_not_there_reads_as_none(monkeypatch, capsys,
     smi.chmod(0o755)
     res = run(monkeypatch, capsys, {"nvidia_smi_path": str(smi)})
     assert res["driver_version"] == "550.54.15" and res["nvidia_smi_error"] is None
+
+
+def test_a_kernel_the_driver_does_not_build_for_is_a_warning(monkeypatch, capsys):
+    """The node's driver (550.54.15 here) and a kernel it can boot (PVE 9.1's 6.17): warned and listed, not a
+    failure; a kernel it builds for gives nothing."""
+    monkeypatch.setattr(gpu_host_facts.gpu_facts, "node_kernels", lambda root: ["6.14.11-4-pve", "6.17.13-2-pve"])
+    monkeypatch.setattr(gpu_host_facts.gpu_facts, "read_kernel_module_version", lambda root: None)
+    res = run(monkeypatch, capsys, {})
+    problems = res["ansible_facts"]["gpu_host"]["driver_kernel_problems"]
+    assert len(problems) == 1 and "with kernel 6.17.13-2-pve" in problems[0] and "#1143" in problems[0]
+    assert problems[0] in json.dumps(res["warnings"]) and not res.get("failed")
