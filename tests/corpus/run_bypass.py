@@ -144,7 +144,8 @@ def main() -> int:
     start = time.monotonic()
     unit = "/etc/systemd/system/sglang.service"
     labstate.in_ct(labstate.VMID, "sh", "-c", f"sed -i 's/--hicache-size [0-9]*/--hicache-size 300/' {unit} && "
-                                             "systemctl daemon-reload && systemctl restart sglang.service; sleep 5")
+                                             "systemctl daemon-reload && systemctl reset-failed sglang.service; "
+                                             "systemctl restart sglang.service; sleep 5")
     journal = labstate.in_ct(labstate.VMID, "journalctl", "-u", "sglang.service", "--no-pager", "-n", "30", "-o", "cat")
     edited = running_size()
     problems = []
