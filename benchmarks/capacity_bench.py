@@ -81,7 +81,7 @@ def main() -> int:
     root = os.path.abspath(args.root)
     sys.path.insert(0, os.path.join(root, ".collections"))
     sys.path.insert(0, os.path.join(HERE, "tests", "unit", "plugins"))
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache  # noqa: E402
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import hicache  # noqa: E402
     import sglang_oracle as oracle  # noqa: E402  (this checkout's: the same truth for before and after)
 
     rank_oh, front_oh = int(args.rank_overhead_gib * GIB), int(args.frontend_overhead_gib * GIB)

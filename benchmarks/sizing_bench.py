@@ -6,7 +6,7 @@ For each configuration of the grid (container memory limit, TP/PP/DP, DP attenti
 or GQA model, one or two engines) the SGLang stand-in is first launched without HiCache (the memory measured
 without the pools), then once per rule with that rule's size:
 
-  plan        this collection's plan (plugins/module_utils/hicache.py) from facts read in the container
+  plan        this collection's plan (plugins/module_utils/sizing/hicache.py) from facts read in the container
   incident    the incident's reading: the plan's whole budget, in GB, given as the per-rank value
   sglang-max  the largest size the release's own start-up check lets through (sglang-hicache.md 2.4, computed
               from the container's MemAvailable and cgroup, stepped down until the release starts it)
@@ -42,9 +42,9 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))  # make setup links this checkout there as the collection
 # The collection's pure-Python sizing model (no Ansible imports).
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache, hicache_pools, sizing_values  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import hicache, hicache_pools, sizing_values  # noqa: E402
 # The collection's one reading of which GPUs a container's config passes through.
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_pve import parse_pct_config_gpus  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_pve import parse_pct_config_gpus  # noqa: E402
 
 VMID = 129
 PACKAGES = "/var/lib/inferops-lab/packages"

@@ -4,7 +4,7 @@
 """Action plugin behind inferops.gpu_inference.extra_vars_check (documentation: plugins/modules/extra_vars_check.py).
 
 Runs on the controller, contacts nothing; the allow-list and the inventory's names are judged in
-module_utils/playbook_inputs.py.
+module_utils/deploy/playbook_inputs.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs
 from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.inventory_vars import inventory_names
 
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin behind inferops.gpu_inference.managed_files (documentation: plugins/modules/managed_files.py).
 
-The digests, the comparison and the requests are module_utils/managed_files.py's; this only moves them: one
+The digests, the comparison and the requests are module_utils/deploy/managed_files.py's; this only moves them: one
 command reads the target's state of every file, one transfer per file that differs, one command installs them.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import managed_files as mf
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import managed_files as mf
 
 ARGS = ("files", "srcs", "dest_dir", "trees", "directories", "owner", "group", "mode", "directory_mode", "python")
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin behind inferops.gpu_inference.pin_host_keys (documentation: plugins/modules/pin_host_keys.py).
 
-Runs on the controller and contacts nothing: it checks the node's pinned SSH host keys (module_utils/ssh_host_keys.py)
+Runs on the controller and contacts nothing: it checks the node's pinned SSH host keys (module_utils/deploy/ssh_host_keys.py)
 and writes them to a known_hosts file of the controller user's own, for the ssh options it returns.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tempfile
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import ssh_host_keys
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import ssh_host_keys
 
 # Under the controller user's home (AWX: the job's own), never a shared directory: another local user who could
 # write there could replace the keys.

@@ -13,16 +13,16 @@ from ansible import context
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
-    node_facts,
-    node_plan,
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import node_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import node_plan
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import (
     playbook_inputs,
-    safe_text,
     sglang_deploy,
     sglang_extra_vars,
     sglang_request,
     supply_chain,
 )
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import safe_text
 from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.inventory_vars import inventory_names
 
 _STAGES = ("request", "node", "launch", "verify", "calculate", "installer")

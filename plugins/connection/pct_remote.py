@@ -297,7 +297,7 @@ from ansible.utils.display import Display  # noqa: E402
 from ansible_collections.community.proxmox.plugins.connection.proxmox_pct_remote import (  # noqa: E402
     Connection as _PctRemoteConnection,
 )
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import ssh_host_keys  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import ssh_host_keys  # noqa: E402
 
 try:
     import paramiko

@@ -179,7 +179,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache import PlanError, plan
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing.hicache import PlanError, plan
 
 
 def _merged(facts, overrides):

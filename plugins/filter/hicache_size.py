@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.hicache import PlanError, size_gb
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing.hicache import PlanError, size_gb
 
 
 def hicache_size(facts, **overrides):

@@ -11,7 +11,7 @@ author: inferops contributors
 description:
   - Used by the roles P(inferops.gpu_inference.gpu_recover#role) and P(inferops.gpu_inference.sglang_server#role) to
     write C(inferops_recover_<vmid>.prom) and C(inferops_deploy_<vmid>.prom) on the node (docs/recover.md, "Metrics").
-  - The text is computed by C(plugins/module_utils/metrics_textfile.py); a figure the report lacks is left out.
+  - The text is computed by C(plugins/module_utils/recover/metrics_textfile.py); a figure the report lacks is left out.
 options:
   _input:
     description: The report (recover's C(gpu_recover_result), or the content of deploy.json).
@@ -42,7 +42,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.metrics_textfile import (
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.metrics_textfile import (
     MetricsError, deploy_metrics, recover_metrics)
 
 

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, build
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_ladder import LadderError, build
 
 
 def recover_report(raw):

@@ -64,7 +64,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, start, step
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_ladder import LadderError, start, step
 
 
 def recover_step(state, event, result=None, t0=None, t1=None, name=None):

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_scope import ScopeError, recover_targets as _recover_targets
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_scope import ScopeError, recover_targets as _recover_targets
 
 
 def recover_targets(containers, vmid):

@@ -41,7 +41,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.report_artifact import (
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.report_artifact import (
     ARTIFACT_REPORT_MAX_BYTES, ReportArtifactError, bounded)
 
 

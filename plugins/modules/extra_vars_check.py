@@ -15,7 +15,7 @@ description:
   - Runs on the controller and contacts nothing. Extra variables (C(-e), C(-e @file), AWX survey answers) outrank
     every other variable, C(set_fact) and C(register) included, so each entry playbook accepts only the names it
     documents and refuses every other one, naming it with the closest documented name.
-  - The accepted names are computed in C(module_utils/playbook_inputs.py) from the options of the role entry points
+  - The accepted names are computed in C(module_utils/deploy/playbook_inputs.py) from the options of the role entry points
     the playbook runs (their C(meta/argument_specs.yml)) and the playbook's own inputs, less every name the playbook
     itself sets; AWX's job variables (C(awx_*), C(tower_*)) are accepted. docs/safety.md lists them.
   - The first task of each play of C(deploy.yml), C(recover.yml) and C(plan.yml); when C(recover.yml) imports

@@ -19,7 +19,7 @@ description:
     GPU passthrough (devN entries, raw C(lxc.mount.entry)/C(lxc.cgroup2.devices.allow) lines, or both) against the
     node's GPUs, compares the config key by key with what the roles would set, and lists the take-over's steps with
     those that interrupt the server.
-  - The decisions are in C(plugins/module_utils/adopt.py). Nothing read from the container is executed.
+  - The decisions are in C(plugins/module_utils/deploy/adopt.py). Nothing read from the container is executed.
 options:
   vmid:
     description: The container.
@@ -167,11 +167,12 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import adopt, bounded_command
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.procfs import join_root, read_text
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_config import build_desired_config
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import (
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import adopt
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host.procfs import join_root, read_text
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve.pve_config import build_desired_config
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve.pve_options import ConfigError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_procs import (
     container_of_pid,
     in_unit,
     list_pids,

@@ -16,7 +16,7 @@ description:
   - Runs on the Proxmox VE node, as root, in the take-over's consented window (C(pve_gpu_container_adopt_interrupt)).
   - Signals each launcher M(inferops.gpu_inference.gpu_adopt_report) found, only if it is still the same process (its
     start time) in the same container, with its descendants (the ranks), by process group where every member of the
-    group is in the container (the recovery ladder's scoped signal, C(plugins/module_utils/recover_signals.py)) -
+    group is in the container (the recovery ladder's scoped signal, C(plugins/module_utils/recover/recover_signals.py)) -
     SIGTERM, up to O(timeout_s) for SGLang to drain and exit, then SIGKILL.
   - Fails, naming what is left, when a process outlives SIGKILL (a task stuck in the driver or on FUSE);
     C(recover.yml) for the container is the next step then.
@@ -80,9 +80,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import adopt
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_procs import is_alive, scan_processes
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_signals import (
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import adopt
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_procs import is_alive, scan_processes
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_signals import (
     pids_to_signal,
     send_signal,
     wait_until,

@@ -93,10 +93,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline as rb
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_baseline as rb
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
 
 # Seconds each nvidia-smi call may take: then it and every process of its session are killed (bounded_command).
 COMMAND_TIMEOUT_S = 30

@@ -308,16 +308,16 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_baseline
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_kernel as rk
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_pve as pve
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_scope
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_smi
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.safe_text import unit_name_message
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_baseline
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_kernel as rk
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_pve as pve
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_scope
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_smi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.safe_text import unit_name_message
 
 
 class Runner:

@@ -230,7 +230,8 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command, gpu_facts, recover_pve, recover_smi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command, gpu_facts
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_pve, recover_smi
 
 # Seconds any command of this module may take: then it and every process of its session are killed (bounded_command).
 COMMAND_TIMEOUT_S = 60

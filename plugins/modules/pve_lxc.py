@@ -370,10 +370,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_api
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_config
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_client import PveClient
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve_options import ConfigError, split_tags
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve import pve_api
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve import pve_config
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve.pve_client import PveClient
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve.pve_options import ConfigError, split_tags
 
 PROXMOXER_IMPORT_ERROR = None
 try:

@@ -2,7 +2,7 @@
 # Copyright: inferops contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side helper of the action plugins: the variable names the inventory gives a host (no decisions here;
-those are in module_utils/playbook_inputs.py and module_utils/sglang_extra_vars.py)."""
+those are in module_utils/deploy/playbook_inputs.py and module_utils/deploy/sglang_extra_vars.py)."""
 from __future__ import annotations
 
 from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path

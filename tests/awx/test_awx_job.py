@@ -212,7 +212,7 @@ def _set_stats_keys(folder):
 def test_each_workflow_node_accepts_what_awx_passes_it():
     """A node's job gets the workflow's answers, its template's survey defaults and its parent's artifacts as extra
     vars; the playbook's allow-list (extra_vars_check) must accept every one of them, or the node fails at once."""
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs as pi
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs as pi
     loader = lambda path: yaml.safe_load(open(path, encoding="utf-8"))  # noqa: E731
     config = load("awx/config.yml")
     wf = config["inferops_awx_workflows"][0]

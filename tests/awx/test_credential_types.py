@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, awx_config, load
 import awx_rules
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_extra_vars
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_extra_vars
 
 TYPES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "awx", "credential_types", "*.yml")))
 SECRET_WORDS = re.compile(r"secret|password|api_key")

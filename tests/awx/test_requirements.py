@@ -45,7 +45,7 @@ def test_project_sync_installs_the_collection(checkout, tmp_path):
     installed = target / "ansible_collections" / "inferops" / "gpu_inference"
     manifest = json.loads((installed / "MANIFEST.json").read_text())["collection_info"]
     assert (manifest["namespace"], manifest["name"]) == ("inferops", "gpu_inference")
-    for rel in ("plugins/action/sglang_deploy_plan.py", "plugins/module_utils/sglang_deploy.py", "plugins/filter/hicache_plan.py",
+    for rel in ("plugins/action/sglang_deploy_plan.py", "plugins/module_utils/deploy/sglang_deploy.py", "plugins/filter/hicache_plan.py",
                 "roles/sglang_server/tasks/plan_request.yml", "roles/pve_gpu_container/defaults/main.yml"):
         assert (installed / rel).is_file(), rel
 

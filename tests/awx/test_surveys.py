@@ -11,7 +11,8 @@ import pytest
 from conftest import ROOT, awx_config, load
 import awx_rules
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import hicache_geometry, sglang_extra_vars
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import hicache_geometry
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_extra_vars
 
 SURVEYS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "awx", "surveys", "*.yml")))
 ROLES = ("pve_gpu_container", "sglang_server", "gpu_recover")

@@ -7,7 +7,7 @@ file: -e @file, awx: env/extravars as AWX writes it (every string !unsafe), inve
 variables, whether it must be refused, and the words the message must contain.
 
 Every case runs in-process through what the playbook runs first (the allow-list of
-module_utils/playbook_inputs.py, Ansible's own key=value parser, plan.yml's first check and the calculator
+module_utils/deploy/playbook_inputs.py, Ansible's own key=value parser, plan.yml's first check and the calculator
 sglang_deploy.calculate); a case marked `run: true` also runs through the real playbook (ansible-playbook, or
 ansible-runner as AWX runs a job for the awx path), in parallel, and must fail (rc != 0) or pass as written, with no
 traceback, and, when the allow-list refuses it, with no task run on any host (ok=0 in the recap).
@@ -41,8 +41,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "awx", "runner"))
 
 from ansible.parsing.splitter import parse_kv  # noqa: E402
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs, sglang_deploy  # noqa: E402
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs, sglang_deploy  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy.sglang_request import DeployError  # noqa: E402
 
 PATHS = ("cli", "file", "awx", "inventory")
 REPEAT = re.compile(r"^@@repeat (\S) (\d+)@@$")

@@ -18,10 +18,10 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 # run.sh links the checkout as .collections/ansible_collections/inferops/gpu_inference (module_utils import each
 # other by that name).
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts  # noqa: E402
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import procfs  # noqa: E402
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as rp  # noqa: E402
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import procfs  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as rp  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_signals as rsig  # noqa: E402
 
 VMID = int(os.environ.get("DEVICE_TEST_VMID", "9999"))
 MIB = int(os.environ.get("DEVICE_TEST_MIB", "2048"))

@@ -133,7 +133,7 @@ def test_deploy_reads_which_gpu_each_device_node_is(node):
     minors = {g["index"]: g["minor_number"] for g in facts["gpus"]}
     assert (minors[OUR_INDEX], minors[THEIR_INDEX]) == (OUR_MINOR, THEIR_MINOR)
     sys.path.insert(0, os.path.join(REPO, ".collections"))
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_deploy
     rows = sglang_deploy.check_gpus_exist(int(OURS), [OUR_MINOR], {
         "gpus": facts["gpus"], "device_paths": [d["path"] for d in facts["device_nodes"]]})
     assert rows[OUR_MINOR]["index"] == OUR_INDEX and rows[OUR_MINOR]["pci_bus_id"] == gpu(OUR_INDEX)["pci_bus_id"]

@@ -304,7 +304,7 @@ def test_pip_require_hashes_refuses_a_tampered_wheel(ct184, probe):
     pip --require-hashes. A wheelhouse whose sglang wheel differs from the pinned hash installs nothing; the genuine
     one installs (read from the venv in CT 184)."""
     sys.path.insert(0, os.path.join(REPO, ".collections"))
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import supply_chain
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import supply_chain
     version = "0.5.21"
     wheels = sorted(f for f in os.listdir(WHEELS) if f.endswith(".whl"))
     spt = [f for f in wheels if f.startswith("setproctitle-")]

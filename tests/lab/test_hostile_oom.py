@@ -39,7 +39,7 @@ BIN = os.path.join(REPO, ".venv", "bin")
 LAB = "/var/lib/inferops-lab"
 
 sys.path.insert(0, os.path.join(REPO, ".collections"))
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import eda_watch  # noqa: E402
 
 # The lab node as inventories/lab/hosts.yml reaches it (root over SSH, the host key checked).
 PVE1 = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 2222, "ansible_user": "root",

@@ -36,8 +36,8 @@ if not os.path.exists(LINK):
     os.makedirs(os.path.dirname(LINK), exist_ok=True)
     os.symlink("../../..", LINK)
 sys.path.insert(0, COLLECTIONS)
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs  # noqa: E402
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs  # noqa: E402
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_signals as rsig  # noqa: E402
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
                                                 reason="the lab's pct and container template are not installed")]

@@ -208,7 +208,7 @@ def role_group(workers: int) -> None:
 def role_facts() -> None:
     """What a module running inside the container reads of its own memory cgroup (gpu_facts)."""
     _import_collection()
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import gpu_facts
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
     print(json.dumps({"facts": gpu_facts.collect_cgroup_memory("/"), "self_cgroup": read("/proc/self/cgroup").strip(),
                       "root_memory_max": read(cg("memory.max")).strip(),
                       "root_memory_current": int(read(cg("memory.current")))}), flush=True)

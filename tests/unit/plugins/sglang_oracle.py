@@ -1,7 +1,7 @@
 """What SGLang would really do on each host for a launch: an oracle for the sizing model's tests.
 
 Written from SGLang's released source (the wheels of 0.4.9 to 0.5.23, read file by file; see the
-table in docs/sizing.md), independently of plugins/module_utils/hicache.py, which it never
+table in docs/sizing.md), independently of plugins/module_utils/sizing/hicache.py, which it never
 imports: it re-enacts the launcher's loops, the argument checks, get_pp_indices, HostKVCache's token
 arithmetic, the DSA indexer pools and the allocators, rank by rank and node by node, and reports
 what each node pins.  Its inputs are the plan's inputs plus the facts a plan cannot know (the GPU

@@ -12,7 +12,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs as pi
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs as pi
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 EDA = os.path.join(ROOT, "extensions", "eda")

@@ -1,6 +1,6 @@
 """Property test of plan.yml's input stages, in-process: generated extra-vars dicts (documented and undocumented
 names, private ones, AWX's job variables; values of every type: blank, null, numbers, strings of digits in any
-script, booleans, lists, mappings) go through the allow-list (module_utils/playbook_inputs.py), plan.yml's first
+script, booleans, lists, mappings) go through the allow-list (module_utils/deploy/playbook_inputs.py), plan.yml's first
 check and the calculator (sglang_deploy.calculate). Each is refused with a message (an InputsError or DeployError,
 never another exception), or planned; a plan that fits must be safe by the independent oracle
 (tests/unit/plugins/sglang_oracle.py) for every release its version may carry.
@@ -18,8 +18,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs, sglang_deploy
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sglang_request import DeployError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs, sglang_deploy
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy.sglang_request import DeployError
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins import sglang_oracle as oracle
 
 EXAMPLES = int(os.environ.get("EXTRA_VARS_PROPERTY_EXAMPLES", "1000"))

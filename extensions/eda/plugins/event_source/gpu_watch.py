@@ -8,7 +8,7 @@ per container whose state needs the recovery ladder (docs/recover.md, "Unattende
 It only reads. Every poll runs the collection's own read-only module inferops.gpu_inference.gpu_diagnose on the
 container's Proxmox VE node (ansible ad-hoc, through the same inventory, connection and vault as recover.yml), so the
 verdict, its reasons and the findings come from recover_gate.judge and nowhere else. Which of them are a fault, the
-debounce, the cool-down and the budget are decided by plugins/module_utils/eda_watch.py.
+debounce, the cool-down and the budget are decided by plugins/module_utils/recover/eda_watch.py.
 
 Arguments (all optional but inventory):
   inventory: the inventory recover.yml runs with (path); only its sglang_containers are watched.
@@ -38,7 +38,7 @@ Each container event: {"inferops_gpu_watch": true, "action": "recover" | "alert_
 "node_reachable", "node", "vmids", "failed_polls", "reasons" (unreachable), "unreachable_s" (reachable), "message",
 "detected_at"}: node_unreachable once per outage, after unreachable_polls polls in a row in which no container of the
 node was read (a single failed poll is only logged), node_reachable at the first read after it
-(plugins/module_utils/eda_watch.py, Policy.observe_node).
+(plugins/module_utils/recover/eda_watch.py, Policy.observe_node).
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ def _collections_root() -> str:
 
 
 try:
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch, metrics_textfile
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import eda_watch, metrics_textfile
 except ImportError:
     sys.path.insert(0, _collections_root())
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import eda_watch, metrics_textfile
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import eda_watch, metrics_textfile
 
 
 INVENTORY_TIMEOUT_S = 60.0

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
 
 CHILD = ("import signal, sys, time\n"
          "def term(*a):\n"

@@ -3,7 +3,7 @@ adopt.py's, called for real)."""
 
 from __future__ import annotations
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_request as rq
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_request as rq
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_adopt_report as m
 
 GIB = 2**30

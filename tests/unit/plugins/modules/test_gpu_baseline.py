@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_baseline
 
 GPU_CSV = ("0, NVIDIA H100, 81559, {used0}, GPU-0, 00000000:18:00.0, 580.95.05, Enabled, 0\n"

@@ -11,11 +11,11 @@ import pytest
 
 import yaml
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import bounded_command
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_daemons as rd
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_gate as gate
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_procs as procs
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_signals as rsig
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_daemons as rd
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_signals as rsig
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_action as action
 from ansible_collections.inferops.gpu_inference.tests.unit.plugins.module_utils.real_procs import children  # noqa: F401  # pylint: disable=unused-import
 
@@ -549,7 +549,7 @@ def role_defaults():
 
 
 def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, root_owned_unit):
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_ladder as ladder
     defaults = role_defaults()
     settings = {k: defaults["gpu_recover_" + k] for k in ladder.SETTING_KEYS}
     state = ladder.start(VMID, "pve1", "2026-12-04T00:00:00Z", 0, "status: running\n", settings)

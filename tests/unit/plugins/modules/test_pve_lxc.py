@@ -10,7 +10,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import pve_client
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.pve import pve_client
 from ansible_collections.inferops.gpu_inference.plugins.modules import pve_lxc
 
 proxmoxer = pytest.importorskip("proxmoxer")
