@@ -403,7 +403,7 @@ def printed_list(out: str, task: str, key: str = "msg") -> list:
 def in_process_plan(operator, plan_input: dict, requested_gb=None) -> dict:
     """The installed collection's calculator (module_utils, pure Python) called directly, in a separate Python."""
     code = ("import json, sys\n"
-            "from ansible_collections.inferops.gpu_inference.plugins.module_utils import sglang_deploy\n"
+            "from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_deploy\n"
             "args = json.load(sys.stdin)\n"
             "print(json.dumps(sglang_deploy.calculate(args['plan_input'], args['requested_gb'])))\n")
     env = dict(operator["env"], PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(operator["collection"]))))

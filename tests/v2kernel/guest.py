@@ -402,7 +402,7 @@ def main(out: str, deb: str) -> int:
     started = time.monotonic()
     os.makedirs(out, exist_ok=True)
     _import_collection()
-    from ansible_collections.inferops.gpu_inference.plugins.module_utils import (
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import (
         recover_kernel as rk, recover_procs as rp, recover_pve as rpve, recover_signals as rsig)
     c = Checks(out)
     box = Container()
