@@ -54,3 +54,36 @@ def test_roles_playbooks_scenarios_and_event_sources_are_named():
     expected.update({"event source " + e: e for e in names("extensions/eda/plugins/event_source", ".py")})
     missing = sorted(k for k, v in expected.items() if v not in block)
     assert not missing, "docs/development.md's layout does not name: %s" % ", ".join(missing)
+
+
+def test_every_module_utils_file_is_named_under_its_domain():
+    """The layout's module_utils line names each domain package and, inside its parentheses, each file of it."""
+    found = sections(layout_block())
+    assert "module_utils" in found, "docs/development.md's layout has no module_utils/ line"
+    text = found["module_utils"]
+    root = os.path.join(REPO, "plugins", "module_utils")
+    domains = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("__"))
+    missing = []
+    for domain in domains:
+        m = re.search(r"\b%s/\s*\(([^)]*)\)" % re.escape(domain), text)
+        if not m:
+            missing.append("plugins/module_utils/%s/" % domain)
+            continue
+        listed = m.group(1)
+        for name in sorted(names("plugins/module_utils/" + domain, ".py")):
+            # A family may be named by its prefix: hicache_* covers hicache_model.
+            if name not in words(listed) and not any(name.startswith(p) for p in re.findall(r"(\w+_)\*", listed)):
+                missing.append("plugins/module_utils/%s/%s.py" % (domain, name))
+    assert not missing, "docs/development.md's layout does not name: %s" % ", ".join(missing)
+    flat = sorted(names("plugins/module_utils", ".py"))
+    assert not flat, "module_utils files outside a domain package: %s" % ", ".join(flat)
+
+
+def test_the_decision_table_names_files_that_exist():
+    """Every `domain/file.py` the document points at exists, so a reader following it lands on the code."""
+    with open(os.path.join(REPO, "docs", "development.md")) as f:
+        text = f.read()
+    cited = set(re.findall(r"`((?:common|host|sizing|deploy|recover|pve)/\w+\.py)`", text))
+    assert cited, "docs/development.md cites no module_utils file"
+    missing = sorted(c for c in cited if not os.path.isfile(os.path.join(REPO, "plugins", "module_utils", c)))
+    assert not missing, "docs/development.md cites files that do not exist: %s" % ", ".join(missing)

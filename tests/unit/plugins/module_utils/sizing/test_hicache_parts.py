@@ -1,4 +1,4 @@
-"""Unit tests for the parts of the HiCache sizing model (plugins/module_utils/hicache_*.py): each part alone, and
+"""Unit tests for the parts of the HiCache sizing model (plugins/module_utils/sizing/hicache_*.py): each part alone, and
 that hicache.plan returns what they compute."""
 
 from __future__ import annotations
