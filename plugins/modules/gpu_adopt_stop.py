@@ -18,8 +18,9 @@ description:
     start time) in the same container, with its descendants (the ranks), by process group where every member of the
     group is in the container (the recovery ladder's scoped signal, C(plugins/module_utils/recover/recover_signals.py)) -
     SIGTERM, up to O(timeout_s) for SGLang to drain and exit, then SIGKILL.
-  - Fails, naming what is left, when a process outlives SIGKILL (a task stuck in the driver or on FUSE);
-    C(recover.yml) for the container is the next step then.
+  - A process that outlives SIGKILL (a task stuck in the driver or on FUSE) is named in RV(survived). With
+    O(fail_on_survivors) (the default) the module then fails; the role sets it false and climbs the recovery
+    ladder (role C(gpu_recover)) scoped to the container, inside the same window.
 options:
   vmid:
     description: The container.
@@ -34,6 +35,12 @@ options:
     description: Seconds after SIGTERM before SIGKILL.
     type: int
     default: 120
+  fail_on_survivors:
+    description:
+      - Fail when a targeted process is still there C(15) s after SIGKILL. False returns them in RV(survived), for the
+        caller to take the recovery ladder's next rungs.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -68,6 +75,11 @@ left_ct_pids:
   type: list
   elements: int
   returned: always
+survived:
+  description: Host PIDs of the targeted processes still there 15 s after SIGKILL (stuck in the driver or on FUSE).
+  type: list
+  elements: int
+  returned: always
 skipped:
   description: Launchers not signalled (exited, or another process now), with why.
   type: list
@@ -97,6 +109,7 @@ def main():
             vmid=dict(type="int", required=True),
             servers=dict(type="list", elements="dict", required=True),
             timeout_s=dict(type="int", default=120),
+            fail_on_survivors=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -106,7 +119,7 @@ def main():
     chosen = adopt.stop_targets(p["servers"], scan["container"], vmid)
     targets = chosen["targets"]
     result = {"changed": False, "signalled": {}, "killed": False, "skipped": chosen["skipped"],
-              "targets": [int(t["pid"]) for t in targets], "left_ct_pids": []}
+              "targets": [int(t["pid"]) for t in targets], "left_ct_pids": [], "survived": []}
     if not targets or module.check_mode:
         result["changed"] = bool(targets)
         result["left_ct_pids"] = [int(t["nspid"][-1]) for t in targets if t.get("nspid")]
@@ -125,10 +138,13 @@ def main():
         result["killed"] = True
         result["signalled"]["SIGKILL"] = send_signal(plan, signal.SIGKILL)
         if not wait_until(gone, _KILL_WAIT_S):
-            left = [int(t["pid"]) for t in targets if is_alive(int(t["pid"]), t["starttime"])]
-            module.fail_json(msg="CT %d: the hand-run SGLang's processes %s are still there %d s after SIGKILL (stuck in "
-                                 "the driver or on FUSE): run recover.yml for this container (its ladder), then deploy "
-                                 "again." % (vmid, left, _KILL_WAIT_S), **result)
+            alive = [t for t in targets if is_alive(int(t["pid"]), t["starttime"])]
+            result["survived"] = [int(t["pid"]) for t in alive]
+            if p["fail_on_survivors"]:
+                module.fail_json(msg="CT %d: the hand-run SGLang's processes %s are still there %d s after SIGKILL "
+                                     "(stuck in the driver or on FUSE): run recover.yml for this container (its "
+                                     "ladder), then deploy again." % (vmid, result["survived"], _KILL_WAIT_S), **result)
+            module.exit_json(**result)
     result["stopped_after_s"] = round(time.monotonic() - started, 1)
     module.exit_json(**result)
 

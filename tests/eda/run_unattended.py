@@ -154,11 +154,15 @@ rmdir "$d"
 
 
 class RecoverRuns(threading.Thread):
-    """Samples the node's process table: every ansible-playbook running recover.yml, its VMID from the extra-vars
-    file ansible-runner passes it (-e @.../env/extravars), first and last seen."""
+    """Samples the node's process table: every ansible-playbook running recover.yml that this run's rulebook started
+    (a descendant of its process, set as ``root`` once it runs), its VMID from the extra-vars file ansible-runner
+    passes it (-e @.../env/extravars), first and last seen. A recover.yml of anything else on the machine (another
+    test, an operator) is not this run's and is not counted."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
+        self.root: int | None = None
+        self.others: set[int] = set()
         self.runs: dict[int, dict] = {}
         self.max_parallel = 0
         self.stop = threading.Event()
@@ -182,6 +186,9 @@ class RecoverRuns(threading.Thread):
                 pid = int(p)
                 if self._forked_worker(pid, argv):
                     continue
+                if pid not in self.runs and not self._descends_from(pid, self.root):
+                    self.others.add(pid)
+                    continue
                 if pid not in self.runs:
                     vmid = None
                     for a in argv:
@@ -197,6 +204,21 @@ class RecoverRuns(threading.Thread):
                 live.append(pid)
             self.max_parallel = max(self.max_parallel, len(live))
             time.sleep(0.25)
+
+    @staticmethod
+    def _descends_from(pid: int, root: int | None) -> bool:
+        """Whether ``root`` is an ancestor of ``pid`` (its parents read from /proc, at most 32 levels)."""
+        for _level in range(32):
+            if root is None or pid <= 1:
+                return False
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return False
+            if pid == root:
+                return True
+        return False
 
     @staticmethod
     def _forked_worker(pid: int, argv: list) -> bool:
@@ -279,6 +301,7 @@ def main() -> int:
     sampler.start()
     rb = subprocess.Popen([RULEBOOK_BIN, "-r", "inferops.gpu_inference.gpu_recover", "-i", inv, "--vars", vars_file, "-v"],
                           cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    sampler.root = rb.pid
 
     def rb_log() -> str:
         with open(log_path, errors="replace") as f:
@@ -394,6 +417,8 @@ def main() -> int:
     figures["poll_s_max"] = max(polls) if polls else None
     figures["polls"] = len(polls)
     figures["interval_s"] = a.interval
+    # recover.yml runs on the machine that this run's rulebook did not start (not counted in any check).
+    figures["other_recover_runs_ignored"] = len(sampler.others)
     figures["debounce_s"] = a.debounce
     events = {}
     for t, vmid in re.findall(r"gpu_watch: event at ([0-9.]+): CT (\d+) on \S+ needs recovery", text):

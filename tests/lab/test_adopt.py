@@ -5,8 +5,13 @@ hostname, 1 core, swap 512, a static address, GPUs 6 and 7 passed by raw lxc lin
 lxc.mount.entry, the community scripts' way, no devN), the node's NVIDIA userspace from its .run, SGLang (the lab's
 stand-in) pip-installed in a venv, and the server started from a shell with nohup and an oversized --hicache-size
 (2 GB on each of 2 ranks where the plan gives 1). Then deploy.yml with pve_gpu_container_adopt, every check read from the
-world (pct config, the process table, the container's mounts, the unit's argv, /health):
-- --check changes nothing (config, the server's process) and reports the oversized size;
+world (pct config, the process table, the container's mounts, the unit's argv, /health, the node's baseline file,
+recover's own report):
+- before any server runs (GPUs idle), the read step alone (--tags adopt_report) records the baseline on the node,
+  changing nothing else, and recover.yml then judges the container Clean with it;
+- with the hand-run server serving and no baseline, --check changes nothing (config, the server's process), reports
+  the oversized size, names the port as your server's (not "pick another port") and what recover lacks, records no
+  baseline, and recover.yml --check says Not clean for want of one, never Clean;
 - a run without pve_gpu_container_adopt_interrupt stops before any change: the config is the same and the hand-run
   server still answers;
 - the run with it ends with the same hostname, cores, swap and network, no devN beside the raw lines and each GPU
@@ -42,6 +47,7 @@ NET0 = "name=eth0,bridge=vmbr0,ip=%s/24,gw=10.77.0.1" % ADDRESS
 VERSION = "0.5.21"
 PACKAGES = "/var/lib/inferops-lab/packages"
 MODEL = "/opt/models/kimi-k2-tiny"
+BASELINE = "/var/lib/inferops/baseline/%d.json" % VMID
 HAND_SIZE_GB = 2
 TP = 2
 CONF = "/etc/pve/lxc/%d.conf" % VMID
@@ -163,6 +169,7 @@ def handmade():
     t.lab_up()
     if os.path.exists(CONF):
         t.ct_destroy(VMID)
+    drop_baseline()  # a container made by hand has none
     r = t.run(["pct", "create", str(VMID), t.TEMPLATE, "--hostname", "kimi-by-hand", "--cores", "1", "--memory", "16384",
                "--swap", "512", "--unprivileged", "1", "--net0", NET0], timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -184,6 +191,19 @@ def handmade():
     r = in_ct("sh", "-c", "python3 -m venv /root/sgl && /root/sgl/bin/pip install -q --no-index --find-links /root/wheels "
                           "sglang==%s" % VERSION, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    yield VMID
+    t.ct_destroy(VMID)
+    drop_baseline()
+
+
+def drop_baseline() -> None:
+    try:
+        os.remove(BASELINE)
+    except FileNotFoundError:
+        pass
+
+
+def start_hand_run_server() -> None:
     # Started from a shell, as the incident's operator did: nohup, in the background, no unit.
     # (lxc-attach's output goes nowhere: the server outlives the attach and nothing waits for its pipes.)
     r = in_ct("bash", "-c", "cd /root && setsid -f nohup /root/sgl/bin/python3 -m sglang.launch_server --model-path %s "
@@ -192,8 +212,11 @@ def handmade():
               capture_output=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     assert r.returncode == 0
     assert t.wait_for(healthy, 120), in_ct("cat", "/root/sglang.log").stdout[-2000:]
-    yield VMID
-    t.ct_destroy(VMID)
+
+
+def recover_report(reports: str, check: bool) -> dict:
+    with open(os.path.join(reports, "pve1", "recover-%d%s.json" % (VMID, "-check" if check else ""))) as f:
+        return json.load(f)
 
 
 def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_the_operator_chose(handmade, tmp_path):
@@ -203,16 +226,45 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
         f.write(INVENTORY)
     limit = ["-e", "deploy_containers=ct160"]
     before = pct_config()
+
+    # 0. GPUs idle, no server yet: the read step alone records the baseline on the node and changes nothing else;
+    # recover then judges the container with it, Clean, before any take-over.
+    assert not os.path.exists(BASELINE)
+    rc, out = deploy(reports, inventory, playbook("deploy.yml"), "--tags", "adopt_report", *limit, log="read-idle.log")
+    assert rc == 0, out[-4000:]
+    assert pct_config() == before
+    with open(BASELINE) as f:
+        baseline = json.load(f)
+    assert baseline["vmid"] == VMID and sorted(g["index"] for g in baseline["gpus"]) == list(GPUS)
+    rc, out = deploy(reports, inventory, playbook("recover.yml"), "--check", "-e", "recover_vmid=%d" % VMID,
+                     log="recover-idle.log")
+    assert rc == 0, out[-4000:]
+    assert recover_report(reports, check=True)["verdict"] == "Clean"
+
+    # The operator then starts serving by hand; a container first read while it serves has no baseline.
+    drop_baseline()
+    start_hand_run_server()
     hand = launchers()
     assert len(hand) == 1
     (hand_pid, hand_proc), = hand.items()
     assert "--hicache-size" in hand_proc["argv"] and "sglang.service" not in hand_proc["cgroup"]
 
-    # 1. Check mode: nothing changes, the oversized running size is named.
+    # 1. Check mode: nothing changes, the oversized running size is named, the port is your server's, and what
+    # recover lacks is said; recover itself says Not clean for want of a baseline, never Clean.
     rc, out = deploy(reports, inventory, playbook("deploy.yml"), "--check", *limit, log="check.log")
     assert rc == 0, out[-4000:]
     assert "your running --hicache-size %d x %d ranks does not fit" % (HAND_SIZE_GB, TP) in out
+    assert "port 30000 is held by your server (SGLang, pid %d, started by hand)" % hand_pid in out
+    assert "free port" not in out
+    assert "no baseline yet, and the GPUs are busy" in out
     assert pct_config() == before
+    assert host_proc(hand_pid) == hand_proc and healthy()
+    assert not os.path.exists(BASELINE)
+    rc, out = deploy(reports, inventory, playbook("recover.yml"), "--check", "-e", "recover_vmid=%d" % VMID,
+                     log="recover-busy.log")
+    assert rc == 0, out[-4000:]
+    judged = recover_report(reports, check=True)
+    assert judged["verdict"] != "Clean" and "no baseline" in json.dumps(judged), json.dumps(judged)[:3000]
     assert host_proc(hand_pid) == hand_proc and healthy()
 
     # 2. Without consent: stops before the first change, the hand-run server still serves.
@@ -239,6 +291,10 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
         stop.set()
         poller.join()
     assert rc == 0, out[-6000:]
+    # The baseline was taken right after the stop (the unit's start records it again at idle): the task ran there,
+    # and the node holds it now.
+    assert re.search(r"Record the baseline right after the stop[^\n]*\*+\n(changed|ok): \[pve1", out), out[-6000:]
+    assert os.path.exists(BASELINE)
     after = pct_config()
     for key in ("hostname", "cores", "swap", "net0", "rootfs", "features"):
         assert after.get(key) == before.get(key), key

@@ -411,21 +411,28 @@ def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str
     missing: a passthrough it will not touch, or the consent the interrupting steps need)."""
     hand_run = [s for s in servers if s.unit != unit]
     steps: List[Dict[str, Any]] = []
-    steps.append({"step": "tag the container inferops-gpu (recover then knows it as ours)", "interrupts": False})
-    changes = [r["key"] for r in config["rows"] if r["action"] == "set"]
-    if changes:
-        steps.append({"step": "set %s on the running container" % ", ".join(changes), "interrupts": False})
+    # The order of the take-over (roles/pve_gpu_container/tasks/configure_container.yml): the hand-run server stops
+    # first, the baseline is taken right after it (nothing the run does until the unit starts uses a GPU), then the
+    # config, the passthrough restart, the install and the unit.
     for s in hand_run:
         steps.append({"step": "stop your hand-run SGLang (pid %d on the node, process group %d, port %d): SIGTERM to its "
-                              "process group, up to %d s for it to drain and exit, then SIGKILL (recover.yml if it still "
-                              "does not stop)" % (s.pid, s.pgid, s.port, stop_timeout_s), "interrupts": True})
+                              "process group, up to %d s for it to drain and exit, then SIGKILL; a process still there "
+                              "(stuck in the driver or on FUSE): the recovery ladder's rungs for this container, in "
+                              "this window, which goes on only once recover's verdict is Clean"
+                              % (s.pid, s.pgid, s.port, stop_timeout_s), "interrupts": True})
+    if hand_run:
+        steps.append({"step": "take the baseline with the GPUs idle, right after the stop", "interrupts": True})
+    steps.append({"step": "tag the container inferops-gpu (recover then knows it as ours)", "interrupts": bool(hand_run)})
+    changes = [r["key"] for r in config["rows"] if r["action"] == "set"]
+    if changes:
+        steps.append({"step": "set %s on the container" % ", ".join(changes), "interrupts": bool(hand_run)})
     if decision.get("restart"):
         steps.append({"step": "restart the container for its GPU passthrough (devN)", "interrupts": True})
-    steps.append({"step": "take the baseline with the GPUs idle", "interrupts": bool(hand_run)})
     steps.append({"step": "install the driver userspace and SGLang in the container if they differ",
                   "interrupts": bool(hand_run)})
-    steps.append({"step": "start %s with --hicache-size %s (the plan's size) and verify it" % (
-        unit, planned_gb if planned_gb is not None else "as planned"), "interrupts": bool(hand_run)})
+    steps.append({"step": "start %s with --hicache-size %s (the plan's size), recording the baseline again at idle "
+                          "just before, and verify it" % (unit, planned_gb if planned_gb is not None else "as planned"),
+                  "interrupts": bool(hand_run)})
     interrupts = any(s["interrupts"] for s in steps)
     refusal = decision.get("refusal")
     if not refusal and interrupts and not consent:
@@ -436,7 +443,7 @@ def take_over(vmid: int, servers: Sequence[RunningServer], decision: Mapping[str
         recover = "a baseline exists: recover judges Clean against it from the first minute"
     elif gpus_busy:
         recover = ("no baseline yet, and the GPUs are busy (your server), so none can be taken now: until the take-over "
-                   "records one (after it stops your server, before the unit starts), recover.yml says Not clean with "
+                   "records one (right after it stops your server), recover.yml says Not clean with "
                    "'no baseline' (host memory judged only by its MemAvailable floor), never Clean; its ladder still "
                    "stops and cleans the container's processes")
     else:
