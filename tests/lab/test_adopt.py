@@ -16,7 +16,10 @@ recover's own report):
   server still answers;
 - the run with it ends with the same hostname, cores, swap and network, no devN beside the raw lines and each GPU
   node mounted once in the container, the server under sglang.service with the planned --hicache-size, the
-  hand-run processes gone; a re-run changes nothing, and recover.yml then ends Clean.
+  hand-run processes gone; a re-run changes nothing, and recover.yml then ends Clean;
+- the operator goes back (unit disabled, the server started by hand again) with ranks that outlive SIGKILL (lab fault
+  stuck-on-stop: on SIGTERM they read a FUSE file that never answers): the consented run climbs the recovery ladder
+  for CT 160 inside the window (the ranks seen in D state, then gone, the FUSE connection aborted) and takes over.
 The interruption (the last /health answer of the hand-run server to the first of the unit) is measured and printed.
 """
 from __future__ import annotations
@@ -151,12 +154,19 @@ def deploy(reports: str, inventory: str, *extra: str, log: str) -> tuple[int, st
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_VAULT_PASSWORD_FILE="/var/lib/inferops-lab/vault-pass",
                ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".collections"), INFEROPS_REPORT_DIR=reports,
                ANSIBLE_PIPELINING="true")
+    began = time.monotonic()
     r = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"),
                         "-i", os.path.join(REPO, "inventories", "lab", "hosts.yml"), "-i", inventory, *extra],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, timeout=900)
     with open(os.path.join(reports, log), "w") as f:
         f.write(r.stdout)
+    print("\n%s: rc %d, %.1f s" % (log, r.returncode, time.monotonic() - began))
     return r.returncode, r.stdout
+
+
+def flat(text: str) -> str:
+    """The output with its line wrapping undone (the callback folds long lines)."""
+    return " ".join(text.split())
 
 
 def playbook(name: str) -> str:
@@ -194,6 +204,19 @@ def handmade():
     yield VMID
     t.ct_destroy(VMID)
     drop_baseline()
+
+
+def ranks() -> list[int]:
+    """Host PIDs of the SGLang ranks in CT 160 (their process title)."""
+    out = []
+    for pid in t.host_pids_in_ct(VMID):
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().startswith("sglang::schedul"):
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
 
 
 def drop_baseline() -> None:
@@ -253,10 +276,10 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
     # recover lacks is said; recover itself says Not clean for want of a baseline, never Clean.
     rc, out = deploy(reports, inventory, playbook("deploy.yml"), "--check", *limit, log="check.log")
     assert rc == 0, out[-4000:]
-    assert "your running --hicache-size %d x %d ranks does not fit" % (HAND_SIZE_GB, TP) in out
-    assert "port 30000 is held by your server (SGLang, pid %d, started by hand)" % hand_pid in out
-    assert "free port" not in out
-    assert "no baseline yet, and the GPUs are busy" in out
+    assert "your running --hicache-size %d x %d ranks does not fit" % (HAND_SIZE_GB, TP) in flat(out)
+    assert "port 30000 is held by your server (SGLang, pid %d, started by hand)" % hand_pid in flat(out)
+    assert "free port" not in flat(out)
+    assert "no baseline yet, and the GPUs are busy" in flat(out)
     assert pct_config() == before
     assert host_proc(hand_pid) == hand_proc and healthy()
     assert not os.path.exists(BASELINE)
@@ -333,3 +356,46 @@ def test_a_hand_made_container_is_taken_over_only_with_consent_and_keeps_what_th
     assert rc == 0, out[-4000:]
     with open(os.path.join(reports, "pve1", "recover-%d.json" % VMID)) as f:
         assert json.load(f)["verdict"] == "Clean"
+
+    # 6. The operator goes back (docs/deploy.md) and serves by hand again, from a server whose ranks outlive SIGKILL:
+    # on SIGTERM they read a file of a FUSE mount that never answers (lab fault stuck-on-stop). The consented window
+    # climbs the recovery ladder for CT 160 and takes over only once it is Clean.
+    assert in_ct("systemctl", "disable", "--now", "sglang.service").returncode == 0
+    start_hand_run_server()
+    hand = launchers()
+    assert len(hand) == 1 and not [p for p in hand.values() if "sglang.service" in p["cgroup"]]
+    (hand_pid, _proc), = hand.items()
+    stuck = ranks()
+    assert len(stuck) == TP
+    r = t.fault("inject", "stuck-on-stop", "--vmid", str(VMID))
+    assert r.returncode == 0, r.stdout + r.stderr
+    in_d: set[int] = set()
+    stop.clear()
+
+    def watch():
+        while not stop.is_set():
+            in_d.update(p for p in stuck if t.proc_state(p) == "D")
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.time()
+    try:
+        rc, out = deploy(reports, inventory, playbook("deploy.yml"), *limit, "-e", "pve_gpu_container_adopt_interrupt=true",
+                         "-e", "pve_gpu_container_adopt_stop_timeout_s=5", log="consent-stuck.log")
+    finally:
+        stop.set()
+        watcher.join()
+        left = [p for p in stuck if host_proc(p)]
+        t.fault("clear", "--vmid", str(VMID))
+    assert rc == 0, out[-6000:]
+    assert in_d == set(stuck), (in_d, stuck)  # they did outlive SIGKILL, stuck in the kernel
+    assert not left, left  # and were gone before the fault was cleared: only aborting the FUSE connection frees them
+    assert "Climb the recovery ladder for what outlived SIGKILL" in out
+    assert host_proc(hand_pid) is None
+    now = launchers()
+    assert len(now) == 1
+    (unit_pid, unit_proc), = now.items()
+    assert "sglang.service" in unit_proc["cgroup"] and healthy()
+    ladder = os.path.join(reports, "pve1", "recover-%d.json" % VMID)
+    assert os.path.getmtime(ladder) > started and recover_report(reports, check=False)["verdict"] == "Clean"

@@ -7,6 +7,7 @@
     fault.py inject driver-held      --vmid 129
     fault.py inject slow-teardown    --vmid 129 [--seconds 30]
     fault.py inject stuck            --vmid 129 [--gpu 0] [--mib 4096]
+    fault.py inject stuck-on-stop    --vmid 129
     fault.py inject recovery-action  --vmid 129 [--gpu 0] [--action Reset]
     fault.py inject gpu-lost         --vmid 129 [--gpu 0]
     fault.py inject memory-na        --vmid 129 [--gpu 0]
@@ -69,6 +70,10 @@ FAULTS = {
                    "when a client of that GPU goes away (NVIDIA Xid catalogue)",
     "stuck": "a GPU-holding process in D state on a never-answering FUSE read; SIGKILL cannot end it until "
              "the FUSE connection is aborted from the host (gpu-recovery.md §1.2 b, Rung 3)",
+    "stuck-on-stop": "the SGLang stand-in's ranks, on SIGTERM, read a file of the never-answering FUSE filesystem of "
+                     "`stuck` (mounted in the CT, no worker): the read waits, and a SIGKILL then leaves each rank in D "
+                     "state holding its GPU memory until the FUSE connection is aborted from the host (a server whose "
+                     "model or cache lives on a FUSE mount that stops answering; gpu-recovery.md §1.2 b, Rung 3)",
 }
 
 LXCPATH = os.environ.get("LABGPU_LXCPATH")
@@ -238,10 +243,10 @@ def inject_sigterm_ignored(vmid, ipid, a):
     return {"file": STANDIN_FAULTS}
 
 
-def clear_sigterm_ignored(vmid, rec):
+def clear_sigterm_ignored(vmid, rec, key="ignore_sigterm"):
     code = ("import json,os\np=%r\ntry:\n d=json.load(open(p))\nexcept Exception:\n raise SystemExit(0)\n"
-            "d.pop('ignore_sigterm',None)\n"
-            "if d:\n json.dump(d,open(p+'.tmp','w')); os.replace(p+'.tmp',p)\nelse:\n os.unlink(p)\n" % STANDIN_FAULTS)
+            "d.pop(%r,None)\n"
+            "if d:\n json.dump(d,open(p+'.tmp','w')); os.replace(p+'.tmp',p)\nelse:\n os.unlink(p)\n" % (STANDIN_FAULTS, key))
     attach(vmid, ["/usr/bin/python3", "-c", code], check=False)
 
 
@@ -327,11 +332,9 @@ def ensure_fusectl():
         subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], check=False)
 
 
-def inject_stuck(vmid, ipid, a):
+def mount_stuckfs(vmid, ipid):
+    """stuckfs.py mounted in the CT's mount namespace at STUCK_MNT: its record (server, connection, abort file)."""
     ensure_fusectl()
-    gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
-    if not gpus:
-        raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
     status = "/run/inferops-lab/gpu/stuckfs-%s.json" % vmid
     try:
         os.unlink(status)
@@ -348,7 +351,14 @@ def inject_stuck(vmid, ipid, a):
     if not os.path.exists(status):
         raise FaultError("stuckfs failed to mount in CT %s (see %s)" % (vmid, log.name))
     info = json.load(open(status))
-    rec = {"server": pid_ref(srv.pid), "conn": info["conn"], "abort": info["abort"], "mountpoint": STUCK_MNT}
+    return {"server": pid_ref(srv.pid), "conn": info["conn"], "abort": info["abort"], "mountpoint": STUCK_MNT}
+
+
+def inject_stuck(vmid, ipid, a):
+    gpus = [a.gpu] if a.gpu is not None else visible_gpus(ipid)[:1]
+    if not gpus:
+        raise FaultError("CT %s has no /dev/nvidiaN" % vmid)
+    rec = mount_stuckfs(vmid, ipid)
     hp, rep = start_worker(vmid, ipid, ["--gpus", str(gpus[0]), "--mib", str(a.mib), "--name", "python3",
                                         "--tag", "fault:stuck", "--stuck-file", STUCK_MNT + "/blob"])
     ref = pid_ref(hp)
@@ -362,6 +372,22 @@ def inject_stuck(vmid, ipid, a):
     else:
         rec["warning"] = "worker did not reach D state"
     return rec
+
+
+def inject_stuck_on_stop(vmid, ipid, a):
+    rec = mount_stuckfs(vmid, ipid)
+    code = ("import json,os\np=%r\nos.makedirs(os.path.dirname(p),exist_ok=True)\n"
+            "try:\n d=json.load(open(p))\nexcept Exception:\n d={}\n"
+            "d['read_on_sigterm']=%r\nt=p+'.tmp'\njson.dump(d,open(t,'w'))\nos.replace(t,p)\n"
+            % (STANDIN_FAULTS, STUCK_MNT + "/blob"))
+    attach(vmid, ["/usr/bin/python3", "-c", code])
+    rec.update({"file": STANDIN_FAULTS, "processes": []})
+    return rec
+
+
+def clear_stuck_on_stop(vmid, rec):
+    clear_sigterm_ignored(vmid, rec, key="read_on_sigterm")
+    clear_stuck(vmid, rec)
 
 
 def clear_stuck(vmid, rec):
@@ -401,9 +427,11 @@ CLEAR = {"sigterm-ignored": lambda v, r: clear_sigterm_ignored(v, r),
          "memory-na": clear_recovery_action,
          "util-latch": clear_recovery_action,
          "xid-on-exit": clear_recovery_action,
-         "stuck": clear_stuck}
+         "stuck": clear_stuck,
+         "stuck-on-stop": clear_stuck_on_stop}
 INJECT = {"sigterm-ignored": inject_sigterm_ignored, "escaped-workers": inject_escaped_workers,
           "driver-held": inject_driver_held, "stuck": inject_stuck, "recovery-action": inject_recovery_action,
+          "stuck-on-stop": inject_stuck_on_stop,
           "driver-leak": lambda v, i, a: inject_driver_held(v, i, a, until="reset"),
           "slow-teardown": lambda v, i, a: inject_driver_held(v, i, a, until="seconds"),
           "gpu-lost": inject_gpu_fault("gpu_lost"), "memory-na": inject_gpu_fault("memory_na"),
@@ -441,6 +469,7 @@ def cmd_clear(a):
     if vmid is not None:  # also what was injected outside our records
         try:
             clear_sigterm_ignored(vmid, {})
+            clear_sigterm_ignored(vmid, {}, key="read_on_sigterm")
         except (FaultError, subprocess.SubprocessError):
             pass
         try:

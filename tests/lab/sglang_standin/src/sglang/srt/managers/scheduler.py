@@ -33,9 +33,17 @@ class Rank:
 
     # -- signals -------------------------------------------------------------------------------
     def on_sigterm(self, signum, frame):
-        if signum == signal.SIGTERM and utils.read_faults().get("ignore_sigterm"):
+        faults = utils.read_faults() if signum == signal.SIGTERM else {}
+        if faults.get("ignore_sigterm"):
             self.log.warning("SIGTERM ignored (lab fault ignore_sigterm)")
             return
+        stuck = faults.get("read_on_sigterm")
+        if isinstance(stuck, str) and stuck:
+            # Lab fault stuck-on-stop: a read the FUSE server never answers. It waits; a SIGKILL then leaves this
+            # rank in D state (fuse request_wait_answer), its GPU memory held, until the connection is aborted.
+            self.log.warning("reading %s on SIGTERM (lab fault stuck-on-stop)" % stuck)
+            with open(stuck, "rb") as f:
+                f.read(1)
         self.stop = True
 
     # -- init --------------------------------------------------------------------------------
