@@ -191,6 +191,24 @@ def test_a_hand_run_server_makes_the_take_over_interrupting_and_it_stops_without
     assert ok["refusal"] is None and ok["hand_run"] == [100]
 
 
+def test_the_steps_follow_the_window_stop_then_baseline_then_config_then_unit():
+    servers = a.find_servers([{"pid": 100, "ppid": 1, "pgid": 100, "argv": INCIDENT_ARGV, "starttime": 5}])
+    rows = a.config_rows(HAND_MADE, {**ROLES, "cores": 8}, ["pve_gpu_container_cores"], consent=True)
+    steps = a.take_over(129, servers, {"refusal": None, "restart": True}, rows, 41, "sglang.service", True, False, True)
+    words = [s["step"] for s in steps["steps"]]
+
+    def at(text):
+        return [n for n, w in enumerate(words) if text in w][0]
+
+    assert at("stop your hand-run SGLang") < at("take the baseline") < at("tag the container") < at("set cores") \
+        < at("restart the container") < at("install the driver") < at("start sglang.service")
+    assert "recovery ladder" in words[at("stop your hand-run SGLang")] and "Clean" in words[at("stop your hand-run")]
+    assert "right after the stop" in words[at("take the baseline")]
+    assert all(s["interrupts"] for s in steps["steps"])  # the server is down from the stop on
+    assert "right after it stops your server" in a.take_over(
+        129, servers, {"refusal": None, "restart": False}, rows, 41, "sglang.service", True, False, True)["recover"]
+
+
 def test_the_stop_signals_the_launcher_and_its_ranks_only_if_still_the_same_processes():
     procs = [{"pid": 100, "ppid": 1, "pgid": 100, "starttime": 5, "vmid": 129},
              {"pid": 101, "ppid": 100, "pgid": 100, "starttime": 6, "vmid": 129},
