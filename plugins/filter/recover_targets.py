@@ -13,17 +13,19 @@ description:
   - Used by C(playbooks/recover.yml). A container of a multi-node server (a host of an sglang_server_cluster_group
     of several containers) is one part of one server, so recovering it recovers every container of that server, each
     on its own node, and relaunches them together (docs/recover.md, "A server on several nodes").
-  - Raises an error that says what is wrong with the inventory and what to do (a VMID declared twice, a member
-    without a VMID, two members on one node).
+  - Raises an error that says what to do when the server has two containers on one node (recover.yml recovers one
+    container per node in one run). The inventory itself is checked once, by
+    P(inferops.gpu_inference.gpu_inventory#filter).
 options:
   _input:
-    description: The inventory's GPU containers, each a dict with C(host), C(vmid), C(node_host), C(cluster_group)
-      and C(cluster) (the hosts of its sglang_server_cluster_group in inventory order, empty without one).
+    description: The inventory's GPU containers, the C(containers) of P(inferops.gpu_inference.gpu_inventory#filter)
+      (each with C(host), C(vmid), C(node_host), C(cluster_group) and C(cluster), the hosts of its
+      sglang_server_cluster_group in inventory order, empty without one).
     type: list
     elements: dict
     required: true
   vmid:
-    description: recover_vmid.
+    description: recover_vmid (null when not given).
     type: raw
     required: true
 """
@@ -31,14 +33,17 @@ options:
 EXAMPLES = r"""
 - name: What to recover
   ansible.builtin.set_fact:
-    __recover_plan: "{{ __recover_containers | inferops.gpu_inference.recover_targets(recover_vmid) }}"
+    __recover_plan: >-
+      {{ (hostvars | inferops.gpu_inference.gpu_inventory(groups)).containers
+         | inferops.gpu_inference.recover_targets(recover_vmid | default(none)) }}
 """
 
 RETURN = r"""
 _value:
   description: C(group) (the server's group, or null for a single container), C(targets), each with C(host),
     C(vmid), C(node_host) and C(node_rank), and C(vmid_by_node) (node host -> the VMID its play recovers); no
-    target when the inventory does not declare the VMID.
+    target when the inventory does not declare the VMID; and C(vmid_problem), why recover_vmid is not a VMID
+    (then no target), or null.
   type: dict
 """
 
@@ -55,7 +60,7 @@ def recover_targets(containers, vmid):
         raise AnsibleFilterError("recover_targets: the input must be the list of containers, got %s" % type(containers).__name__)
     try:
         return _recover_targets(containers, vmid)
-    except (ScopeError, AttributeError, TypeError) as exc:
+    except (ScopeError, AttributeError, KeyError, TypeError) as exc:
         raise AnsibleFilterError("recover.yml: %s" % exc, orig_exc=exc) from exc
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import gpu_inventory
+
 # Fault kinds, each with the gate's finding it comes from.
 KIND_HELD_NO_PROCESS = "gpu_memory_held_without_process"
 KIND_HOLDERS_WITHOUT_SERVICE = "gpu_held_outside_service"
@@ -57,48 +59,14 @@ class Watched:
     adopt: bool = False
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 def watched_containers(inventory: Mapping[str, Any]) -> list[Watched]:
-    """The containers of ``ansible-inventory --list`` output to watch: every host of the group sglang_containers,
-    with its VMID (pve_gpu_container_vmid, else proxmox_vmid) and node (pve_gpu_container_node_host, else the first
-    host of proxmox_nodes), as deploy.yml and recover.yml place it. ``gpu_recover_eda_relaunch: true`` on the
-    container's host lets a recovery relaunch it. A container with no VMID or no node is refused (ValueError)."""
-    hostvars = (inventory.get("_meta") or {}).get("hostvars") or {}
-
-    def members(group: str, seen: Optional[set] = None) -> list[str]:
-        seen = set() if seen is None else seen
-        if group in seen:
-            return []
-        seen.add(group)
-        g = inventory.get(group) or {}
-        out = list(g.get("hosts") or [])
-        for child in g.get("children") or []:
-            out += [h for h in members(child, seen) if h not in out]
-        return out
-
-    nodes = members("proxmox_nodes")
-    out: list[Watched] = []
-    for host in members("sglang_containers"):
-        hv = hostvars.get(host) or {}
-        vmid = hv.get("pve_gpu_container_vmid", hv.get("proxmox_vmid"))
-        node = hv.get("pve_gpu_container_node_host") or (nodes[0] if nodes else None)
-        if not str(vmid or "").isdigit() or int(vmid) < 100:
-            raise ValueError("%s: no VMID (proxmox_vmid or pve_gpu_container_vmid, an integer >= 100): %r" % (host, vmid))
-        if not node:
-            raise ValueError("%s: no node (pve_gpu_container_node_host, or a host in proxmox_nodes)" % host)
-        out.append(Watched(host=host, vmid=int(vmid), node_host=str(node),
-                           relaunch=_bool(hv.get("gpu_recover_eda_relaunch", False)),
-                           adopt=_bool(hv.get("pve_gpu_container_adopt", False))))
-    vmids = [w.vmid for w in out]
-    dup = sorted({v for v in vmids if vmids.count(v) > 1})
-    if dup:
-        raise ValueError("VMID(s) %s declared by more than one container host" % dup)
-    return out
+    """The containers of ``ansible-inventory --list`` output to watch: the inventory's GPU containers as
+    module_utils/common/gpu_inventory.py builds and checks them for every playbook (VMID, node, pve_gpu_container_adopt), and
+    ``gpu_recover_eda_relaunch: true`` on a container's host lets a recovery relaunch it. An inventory that model
+    refuses is refused here too (gpu_inventory.InventoryError, a ValueError naming each host and what to set)."""
+    groups, hostvars = gpu_inventory.groups_from_list(inventory)
+    return [Watched(host=ct.host, vmid=ct.vmid, node_host=ct.node_host, relaunch=ct.eda_relaunch, adopt=ct.adopt)
+            for ct in gpu_inventory.gpu_inventory(groups, hostvars).containers]
 
 
 def declared(watched: Sequence[Watched]) -> list[dict[str, Any]]:

@@ -21,17 +21,16 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.errors import InferopsError
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import vmid_problem
+
 
 class ScopeError(InferopsError):
     """Recovery must not start (or this action must not run); the message says why and what to do."""
 
 
 def _vmid(value: Any) -> Optional[int]:
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-    return number if number >= 100 else None
+    """``value`` as a VMID (gpu_inventory's rule), None when it is not one."""
+    return None if value is None or vmid_problem(value) else int(str(value).strip())
 
 
 def declared_on_node(declared: Iterable[Mapping[str, Any]], node: str) -> dict[int, str]:
@@ -132,42 +131,32 @@ def describe_conflict(conflict: Mapping[str, Any]) -> str:
 def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[str, Any]:
     """The containers recover.yml acts on for ``recover_vmid``: that one, or every container of its multi-node server.
 
-    ``containers`` are the inventory's GPU containers, each {"host", "vmid", "node_host", "cluster_group",
-    "cluster"}: ``cluster`` is the hosts of its sglang_server_cluster_group in inventory order (the node ranks), empty
-    when it has none. A server over several containers is one server (docs/recover.md, "A server on several nodes"):
+    ``containers`` are the inventory's GPU containers as module_utils/common/gpu_inventory.py builds and checks them (each
+    {"host", "vmid", "node_host", "cluster_group", "cluster", ...}; ``cluster`` is the hosts of its
+    sglang_server_cluster_group in inventory order, the node ranks, empty without one; VMIDs unique, every member a
+    container). A server over several containers is one server (docs/recover.md, "A server on several nodes"):
     recovering one half leaves the other half's ranks blocked in a collective that never completes (or failing the
     server on their own), so every container of the group is recovered, each on its own node, and relaunched
     together. Returns {"group": name or None, "targets": [{"host", "vmid", "node_host", "node_rank"}],
-    "vmid_by_node": {node_host: vmid}}: no target when the inventory does not declare the VMID (the scope check of
-    each node then decides, with the override).
+    "vmid_by_node": {node_host: vmid}, "vmid_problem": why recover_vmid is not a VMID, or None}: no target when
+    ``vmid`` is not a VMID (recover.yml's check then says what to pass) or the inventory does not declare it (the
+    scope check of each node then decides, with the override).
     """
+    problem = vmid_problem(vmid) if vmid is not None else "is required"
+    if problem:
+        return dict(_scope(None, []), vmid_problem="recover_vmid %s" % problem)
     wanted = _vmid(vmid)
-    if wanted is None:
-        raise ScopeError("recover_vmid must be a container's VMID (an integer >= 100), got %r. Nothing has been changed." % (vmid,))
     entries = [dict(e) for e in containers or []]
     by_host = {str(e.get("host")): e for e in entries}
     mine = [e for e in entries if _vmid(e.get("vmid")) == wanted]
     if not mine:
         return _scope(None, [])
-    if len(mine) > 1:
-        raise ScopeError("CT %s is declared by %d container hosts (%s); VMIDs are unique in a Proxmox VE cluster, so "
-                         "the inventory is wrong: keep one. Nothing has been changed."
-                         % (wanted, len(mine), ", ".join(sorted(str(e.get("host")) for e in mine))))
     target = mine[0]
     members = [str(h) for h in target.get("cluster") or []]
     if len(members) <= 1:
         return _scope(None, [_target(target, 0)])
     group = str(target.get("cluster_group") or "")
-    targets = []
-    for rank, host in enumerate(members):
-        entry = by_host.get(host)
-        if entry is None or _vmid(entry.get("vmid")) is None:
-            raise ScopeError(
-                "CT %s is node rank %d of the server %s (%s), whose host %s is not a GPU container with a VMID in "
-                "the inventory (a host of sglang_containers with proxmox_vmid): recover.yml recovers the whole "
-                "server, so fix the inventory first. Nothing has been changed."
-                % (wanted, members.index(str(target.get("host"))), group, ", ".join(members), host))
-        targets.append(_target(entry, rank))
+    targets = [_target(by_host[host], rank) for rank, host in enumerate(members)]
     nodes: dict[str, str] = {}
     for t in targets:
         if t["node_host"] in nodes:
@@ -180,10 +169,24 @@ def recover_targets(containers: Iterable[Mapping[str, Any]], vmid: Any) -> dict[
     return _scope(group, targets)
 
 
+def relaunch_hosts(plan: Mapping[str, Any], verdicts: Mapping[str, Any], relaunch: bool, one_node: bool,
+                   check_mode: bool) -> list[str]:
+    """The container hosts recover.yml hands to deploy.yml (recover_relaunch): none unless ``relaunch`` is asked,
+    the run changes things (not ``check_mode``) and every node of the run has the verdict Clean (``verdicts``:
+    {node host: its verdict, None when it has none: a node that failed or was unreachable}); a multi-node server
+    comes back only whole. ``one_node``: recover_node named the node, so only its container (the first target)."""
+    if not relaunch or check_mode or not verdicts:
+        return []
+    if any(v != "Clean" for v in verdicts.values()):
+        return []
+    hosts = [str(t["host"]) for t in plan.get("targets") or []]
+    return hosts[:1] if one_node else hosts
+
+
 def _scope(group: Optional[str], targets: list[dict[str, Any]]) -> dict[str, Any]:
     """recover_targets' result; ``vmid_by_node``: the container each node's play recovers (one per node)."""
     return {"group": group, "targets": targets,
-            "vmid_by_node": {t["node_host"]: t["vmid"] for t in targets if t["node_host"]}}
+            "vmid_by_node": {t["node_host"]: t["vmid"] for t in targets if t["node_host"]}, "vmid_problem": None}
 
 
 def _target(entry: Mapping[str, Any], rank: int) -> dict[str, Any]:

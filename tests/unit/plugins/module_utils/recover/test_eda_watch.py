@@ -75,7 +75,9 @@ def test_watched_containers_from_the_inventory_only():
     assert ew.declared(w)[0] == {"host": "ct129", "vmid": 129, "node_host": "pve1", "adopt": False}
 
 
-@pytest.mark.parametrize("hv,msg", [({"proxmox_vmid": "x"}, "no VMID"), ({"proxmox_vmid": 50}, "no VMID")])
+@pytest.mark.parametrize("hv,msg", [({"proxmox_vmid": "x"}, "c: its VMID .proxmox_vmid. must be an integer"),
+                                    ({"proxmox_vmid": 50}, "c: its VMID .proxmox_vmid. must be between 100"),
+                                    ({}, "c: no VMID: set proxmox_vmid")])
 def test_bad_vmid_refused(hv, msg):
     inv = {"_meta": {"hostvars": {"c": hv}}, "proxmox_nodes": {"hosts": ["n"]}, "sglang_containers": {"hosts": ["c"]}}
     with pytest.raises(ValueError, match=msg):
@@ -85,10 +87,10 @@ def test_bad_vmid_refused(hv, msg):
 def test_duplicate_vmid_and_no_node_refused():
     inv = {"_meta": {"hostvars": {"a": {"proxmox_vmid": 129}, "b": {"proxmox_vmid": 129}}},
            "proxmox_nodes": {"hosts": ["n"]}, "sglang_containers": {"hosts": ["a", "b"]}}
-    with pytest.raises(ValueError, match="more than one"):
+    with pytest.raises(ValueError, match="a, b: VMID 129 is declared by each of them"):
         ew.watched_containers(inv)
     inv = {"_meta": {"hostvars": {"a": {"proxmox_vmid": 129}}}, "sglang_containers": {"hosts": ["a"]}}
-    with pytest.raises(ValueError, match="no node"):
+    with pytest.raises(ValueError, match="a: no node: set pve_gpu_container_node_host"):
         ew.watched_containers(inv)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import gpu_inventory as gi
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_scope as rs
 
 DECLARED = [
@@ -72,18 +73,20 @@ def test_reset_conflicts_refuse_a_group_with_another_containers_gpu():
 
 
 # recover_targets: a container of a multi-node server brings the whole server (docs/recover.md, "A server on several nodes")
+# Its input is the inventory model's containers (module_utils/common/gpu_inventory.py), built here from an inventory.
 KIMI = ["ct201", "ct202"]
-INVENTORY = [
-    {"host": "ct129", "vmid": 129, "node_host": "pve1", "cluster_group": "", "cluster": []},
-    {"host": "ct201", "vmid": "201", "node_host": "pve2", "cluster_group": "kimi_tp16", "cluster": KIMI},
-    {"host": "ct202", "vmid": 202, "node_host": "pve3", "cluster_group": "kimi_tp16", "cluster": KIMI},
-]
+GROUPS = {"all": ["pve1", "pve2", "pve3", "ct129", "ct201", "ct202"], "proxmox_nodes": ["pve1", "pve2", "pve3"],
+          "sglang_containers": ["ct129", "ct201", "ct202"], "kimi_tp16": KIMI}
+HOSTVARS = {"ct129": {"proxmox_vmid": 129},
+            "ct201": {"proxmox_vmid": "201", "pve_gpu_container_node_host": "pve2", "sglang_server_cluster_group": "kimi_tp16"},
+            "ct202": {"proxmox_vmid": 202, "pve_gpu_container_node_host": "pve3", "sglang_server_cluster_group": "kimi_tp16"}}
+INVENTORY = gi.gpu_inventory(GROUPS, HOSTVARS).as_dict()["containers"]
 
 
 def test_a_single_container_is_its_own_target():
     assert rs.recover_targets(INVENTORY, "129") == {
         "group": None, "targets": [{"host": "ct129", "vmid": 129, "node_host": "pve1", "node_rank": 0}],
-        "vmid_by_node": {"pve1": 129}}
+        "vmid_by_node": {"pve1": 129}, "vmid_problem": None}
 
 
 @pytest.mark.parametrize("vmid", [201, 202])
@@ -91,7 +94,7 @@ def test_either_half_of_a_server_brings_every_container_in_node_rank_order(vmid)
     assert rs.recover_targets(INVENTORY, vmid) == {"group": "kimi_tp16", "targets": [
         {"host": "ct201", "vmid": 201, "node_host": "pve2", "node_rank": 0},
         {"host": "ct202", "vmid": 202, "node_host": "pve3", "node_rank": 1}],
-        "vmid_by_node": {"pve2": 201, "pve3": 202}}
+        "vmid_by_node": {"pve2": 201, "pve3": 202}, "vmid_problem": None}
 
 
 def test_a_group_of_one_is_a_single_container():
@@ -100,28 +103,39 @@ def test_a_group_of_one_is_a_single_container():
 
 
 def test_an_undeclared_vmid_has_no_target():
-    assert rs.recover_targets(INVENTORY, 130) == {"group": None, "targets": [], "vmid_by_node": {}}
+    assert rs.recover_targets(INVENTORY, 130) == {"group": None, "targets": [], "vmid_by_node": {}, "vmid_problem": None}
 
 
-@pytest.mark.parametrize("vmid", ["", "abc", 99, None, "12x"])
-def test_a_bad_vmid_is_refused(vmid):
-    with pytest.raises(rs.ScopeError, match="recover_vmid must be a container's VMID"):
-        rs.recover_targets(INVENTORY, vmid)
+@pytest.mark.parametrize("vmid, says", [("", "must be an integer"), ("abc", "must be an integer"),
+                                        (99, "must be between 100 and 999999999"), (None, "is required"),
+                                        ("12x", "must be an integer")])
+def test_a_bad_vmid_has_no_target_and_says_why(vmid, says):
+    out = rs.recover_targets(INVENTORY, vmid)
+    assert out["targets"] == [] and out["vmid_problem"].startswith("recover_vmid ") and says in out["vmid_problem"]
 
 
-def test_a_vmid_declared_twice_is_refused():
-    twice = INVENTORY + [{"host": "ct201b", "vmid": 201, "node_host": "pve1", "cluster_group": "", "cluster": []}]
-    with pytest.raises(rs.ScopeError, match=r"CT 201 is declared by 2 container hosts \(ct201, ct201b\)"):
-        rs.recover_targets(twice, 201)
+def test_an_inventory_the_model_refuses_never_reaches_recover_targets():
+    # A VMID declared twice, a server member that is not a GPU container: refused once, by the inventory model.
+    with pytest.raises(gi.InventoryError, match=r"ct201, ct201b: VMID 201 is declared by each of them"):
+        gi.gpu_inventory(dict(GROUPS, sglang_containers=GROUPS["sglang_containers"] + ["ct201b"],
+                              all=GROUPS["all"] + ["ct201b"]), dict(HOSTVARS, ct201b={"proxmox_vmid": 201}))
+    with pytest.raises(gi.InventoryError, match=r"the server kimi_tp16 has member\(s\) ct203 that are not GPU containers"):
+        gi.gpu_inventory(dict(GROUPS, kimi_tp16=KIMI + ["ct203"]), HOSTVARS)
 
 
-def test_a_member_without_a_vmid_is_refused():
-    broken = [INVENTORY[1], dict(INVENTORY[2], vmid=None)]
-    with pytest.raises(rs.ScopeError, match="whose host ct202 is not a GPU container with a VMID"):
-        rs.recover_targets(broken, 201)
-    missing = [INVENTORY[1]]
-    with pytest.raises(rs.ScopeError, match="whose host ct202 is not"):
-        rs.recover_targets(missing, 201)
+def test_relaunch_only_when_every_node_is_clean():
+    plan = rs.recover_targets(INVENTORY, 201)
+    clean = {"pve2": "Clean", "pve3": "Clean"}
+    assert rs.relaunch_hosts(plan, clean, relaunch=True, one_node=False, check_mode=False) == ["ct201", "ct202"]
+    # one node not clean, or without a verdict (failed, unreachable): nothing comes back, a half server is not a server
+    assert rs.relaunch_hosts(plan, dict(clean, pve3="Not clean"), True, False, False) == []
+    assert rs.relaunch_hosts(plan, dict(clean, pve3=None), True, False, False) == []
+    assert rs.relaunch_hosts(plan, {}, True, False, False) == []
+    # not asked, or a check run: nothing
+    assert rs.relaunch_hosts(plan, clean, False, False, False) == [] and rs.relaunch_hosts(plan, clean, True, False, True) == []
+    # recover_node named: that node's container only
+    one = rs.recover_targets(INVENTORY, 129)
+    assert rs.relaunch_hosts(one, {"pve1": "Clean"}, True, True, False) == ["ct129"]
 
 
 def test_two_members_on_one_node_are_refused_with_what_to_do():
