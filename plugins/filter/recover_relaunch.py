@@ -11,8 +11,8 @@ version_added: "0.1.0"
 author: inferops contributors
 description:
   - Used by C(playbooks/recover.yml). None unless recover_relaunch is asked and the run is not in check mode, and
-    only when every node of the run has the verdict C(Clean) (a node that failed or was unreachable has none): a
-    multi-node server comes back only whole (docs/recover.md, "A server on several nodes").
+    only when every node of the run has the verdict C(Clean) (a node that failed or was unreachable has none), so a
+    multi-node server comes back only whole (docs/recover.md, section "A server on several nodes").
   - The verdicts come from the role's private result (C(__gpu_recover_result)), never from the public
     C(gpu_recover_result), which a host's variables could carry.
 options:
@@ -50,7 +50,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The container hosts to relaunch (empty: none).
+  description: The container hosts to relaunch (empty when none).
   type: list
   elements: str
 """

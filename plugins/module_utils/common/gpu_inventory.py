@@ -146,7 +146,7 @@ def node_name(node_host: str, node_vars: Mapping[str, Any]) -> str:
         value = node_vars.get(key)
         if not _blank(value):
             return str(value).strip()
-    return str(node_host).split(".")[0]
+    return str(node_host).split(".", maxsplit=1)[0]
 
 
 def _vars(hostvars: Mapping[str, Any], host: str) -> Mapping[str, Any]:
@@ -188,7 +188,7 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
                 problems.append("%s: its VMID (%s) %s: set %s to the container's ID" % (host, name, problem, name))
             else:
                 number = vmid(raw)
-        _, node = _given(hv, "pve_gpu_container_node_host")
+        node = _given(hv, "pve_gpu_container_node_host")[1]
         if node is None:
             node = node_hosts[0] if node_hosts else None
         if node is None:
@@ -197,7 +197,7 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
         elif str(node) not in all_hosts:
             problems.append("%s: pve_gpu_container_node_host %r is not a host of the inventory: name the node's inventory "
                             "host (nodes here: %s)" % (host, str(node), ", ".join(node_hosts) or "none"))
-        _, group = _given(hv, "sglang_server_cluster_group")
+        group = _given(hv, "sglang_server_cluster_group")[1]
         found.append({"host": host, "vmid": number, "node_host": None if node is None else str(node),
                       "cluster_group": "" if group is None else str(group).strip(),
                       "adopt": _flag(host, "pve_gpu_container_adopt", hv.get("pve_gpu_container_adopt"), problems),
