@@ -20,9 +20,14 @@ options:
     description: The plan of P(inferops.gpu_inference.recover_targets#filter) (its C(targets)).
     type: dict
     required: true
-  verdicts:
-    description: Each node of the run (its inventory host) with its verdict, or null when it has none.
+  hostvars:
+    description: C(hostvars), where each node's result of this run is read (O(result_var)'s C(report.verdict)).
     type: dict
+    required: true
+  nodes:
+    description: The nodes of the run (C(ansible_play_hosts_all)); one without a result has no verdict.
+    type: list
+    elements: str
     required: true
   relaunch:
     description: recover_relaunch.
@@ -36,6 +41,10 @@ options:
     description: ansible_check_mode.
     type: bool
     required: true
+  result_var:
+    description: The role's private result of this run on each node.
+    type: str
+    default: __gpu_recover_result
 """
 
 EXAMPLES = r"""
@@ -44,8 +53,8 @@ EXAMPLES = r"""
     name: "{{ item }}"
     groups: inferops_recover_relaunch
   loop: >-
-    {{ __recover_plan | inferops.gpu_inference.recover_relaunch(__verdicts, recover_relaunch | default(false) | bool,
-                                                                recover_node is defined, ansible_check_mode) }}
+    {{ __recover_plan | inferops.gpu_inference.recover_relaunch(hostvars, ansible_play_hosts_all,
+         recover_relaunch | default(false), recover_node is defined, ansible_check_mode) }}
 """
 
 RETURN = r"""
@@ -63,12 +72,23 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_scope import relaunch_hosts
 
 
-def recover_relaunch(plan, verdicts, relaunch, one_node, check_mode):
-    """Return the container hosts to relaunch."""
-    if not isinstance(plan, Mapping) or not isinstance(verdicts, Mapping):
-        raise AnsibleFilterError("recover_relaunch: the input must be recover_targets' plan and verdicts a dict, got %s and %s"
-                                 % (type(plan).__name__, type(verdicts).__name__))
+def _verdict(hostvars, node, result_var):
+    """The verdict of ``node``'s result of this run, None when it has none (failed, unreachable, not run)."""
     try:
+        result = hostvars[node].get(result_var) if isinstance(hostvars[node], Mapping) else None
+    except KeyError:
+        return None
+    report = result.get("report") if isinstance(result, Mapping) else None
+    return report.get("verdict") if isinstance(report, Mapping) else None
+
+
+def recover_relaunch(plan, hostvars, nodes, relaunch, one_node, check_mode, result_var="__gpu_recover_result"):
+    """Return the container hosts to relaunch."""
+    if not isinstance(plan, Mapping) or not isinstance(hostvars, Mapping):
+        raise AnsibleFilterError("recover_relaunch: the input must be recover_targets' plan and hostvars a dict, got %s and %s"
+                                 % (type(plan).__name__, type(hostvars).__name__))
+    try:
+        verdicts = {str(node): _verdict(hostvars, node, result_var) for node in nodes}
         return relaunch_hosts(plan, verdicts, boolean(relaunch), boolean(one_node), boolean(check_mode))
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError("recover_relaunch: %s" % exc, orig_exc=exc) from exc
