@@ -93,6 +93,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import vmid_problem
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_baseline as rb
@@ -134,8 +135,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["vmid"] < 100:
-        module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % p["vmid"])
+    if vmid_problem(p["vmid"]):
+        module.fail_json(msg="vmid %s" % vmid_problem(p["vmid"]))
     smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     if not smi:
         module.fail_json(msg="nvidia-smi not found: gpu_baseline runs on the Proxmox VE node")

@@ -705,8 +705,8 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if module.params["vmid"] < 100:
-        module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % module.params["vmid"])
+    if recover_scope.vmid_problem(module.params["vmid"]):
+        module.fail_json(msg="vmid %s" % recover_scope.vmid_problem(module.params["vmid"]))
     if unit_name_message("service", module.params["service"]):
         module.fail_json(msg=unit_name_message("service", module.params["service"]))
     module.exit_json(**diagnose(module))

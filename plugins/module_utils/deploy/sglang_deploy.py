@@ -52,6 +52,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing.sizi
     is_blank,
     memory_bytes as _memory_bytes,
 )
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import VMID_MAX, VMID_MIN
 
 #: The largest container memory limit accepted (64 TiB, in MiB): more is a figure in KiB or bytes.
 MAX_CONTAINER_MEMORY_MIB = 64 << 20
@@ -112,7 +113,7 @@ def _refuse_plan(header: str, plan: Mapping[str, Any]) -> None:
 
 def container_spec(container: Mapping[str, Any]) -> Tuple[int, int, List[int]]:
     """The declared container's VMID, memory limit (MiB) and GPUs (device minors: N is /dev/nvidiaN), checked."""
-    vmid = setting_int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), 100, 999_999_999)
+    vmid = setting_int("pve_gpu_container_vmid (proxmox_vmid)", container.get("vmid"), VMID_MIN, VMID_MAX)
     memory_mib = setting_int("pve_gpu_container_memory_mib", container.get("memory_mib"), 16, MAX_CONTAINER_MEMORY_MIB,
                              " (MiB: 65536 is 64 GiB; the most is 64 TiB, more than any PVE node has; a larger figure is "
                              "KiB or bytes)")

@@ -64,3 +64,14 @@ def test_refuses_leftovers_and_writes_nothing(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path, [(300, "")], wait=0)
     assert res["failed"] is True and not (tmp_path / "129.json").exists()
     assert "GPU 0 uses 300 MiB with no process of its own" in res["msg"]
+
+
+@pytest.mark.parametrize("vmid, says", [(99, "vmid must be between 100 and 999999999 (a Proxmox VE guest ID), got 99"),
+                                        (1000000000, "got 1000000000")])
+def test_a_vmid_that_is_no_guest_id_is_refused_before_anything_is_read(capsys, tmp_path, vmid, says):
+    # The inventory model's VMID rule (module_utils/common/gpu_inventory.py), the one every reader applies.
+    with patch_module_args({"vmid": vmid, "gpus": [0], "baseline_dir": str(tmp_path), "container_memory_mib": 14336}):
+        with pytest.raises(SystemExit):
+            gpu_baseline.main()
+    res = json.loads(capsys.readouterr().out)
+    assert res["failed"] and says in res["msg"] and not list(tmp_path.iterdir())

@@ -314,3 +314,16 @@ def test_a_verification_stops_polling_when_its_budget_has_passed(monkeypatch, ca
 def test_without_a_rung_start_one_diagnosis_whatever_the_budget(monkeypatch, capsys, tmp_path):
     res = run(monkeypatch, capsys, tmp_path, used6=86140, baseline=BASE67, poll={"poll_budget": 30, "poll_delay": 0})
     assert res["polls"] == 1 and not res["settled"]
+
+
+def test_a_vmid_that_is_no_guest_id_is_refused_before_anything_is_read(monkeypatch, capsys, tmp_path):
+    # The inventory model's VMID rule (module_utils/common/gpu_inventory.py), the one every reader applies.
+    def nothing_read(*args, **kwargs):
+        raise AssertionError("read before the VMID was checked")
+
+    monkeypatch.setattr(AnsibleModule, "run_command", nothing_read)
+    with patch_module_args({"vmid": 42, "node": "pve1", "declared": DECLARED, "baseline_dir": str(tmp_path)}):
+        with pytest.raises(SystemExit):
+            gpu_diagnose.main()
+    res = json.loads(capsys.readouterr().out)
+    assert res["failed"] and res["msg"] == "vmid must be between 100 and 999999999 (a Proxmox VE guest ID), got 42"
