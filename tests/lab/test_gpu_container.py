@@ -9,16 +9,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
-                                                reason="the lab's pct and container template are not installed")]
+                                               reason="the lab's pct and container template are not installed")]
 CT = t.CT
 G0, G1 = t.CT_GPUS
 DRIVER = "580.95.05"

@@ -5,13 +5,10 @@ Runs as root; brings the GPU simulator up with tests/lab/gpu/labgpu up (idempote
 import os
 import re
 import signal
-import sys
-import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
 pytestmark = t.needs_root
 GPU = 5  # a GPU the lab's SGLang CT is least likely to be using while these run
@@ -48,9 +45,9 @@ def test_device_nodes_have_nvidia_numbers():
 
 
 def test_labgpu_up_is_idempotent_and_status():
-    r = t.run([t.LABGPU, "up"])
+    r = t.run(t.LABGPU + ["up"])
     assert r.returncode == 0 and "already running" in r.stdout
-    r = t.run([t.LABGPU, "status"])
+    r = t.run(t.LABGPU + ["status"])
     assert r.returncode == 0, r.stdout
     for v in ("580.95.05", "580.82.07"):
         assert os.access("/var/lib/inferops-lab/nvidia/NVIDIA-Linux-x86_64-%s.run" % v, os.X_OK)
@@ -235,7 +232,7 @@ def _restart_driver(env_topology=None):
     env.pop("LABGPU_TOPOLOGY", None)
     if env_topology:
         env["LABGPU_TOPOLOGY"] = env_topology
-    r = t.run([t.LABGPU, "up"], env=env)
+    r = t.run(t.LABGPU + ["up"], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -318,7 +315,7 @@ def test_memory_na_prints_na_for_memory_figures(gpu_fault_clear):
 
 
 def test_util_latch_busy_with_no_process_until_a_clean_client_or_a_reset(gpu_fault_clear, pm_restore,
-                                                                        persistenced_stopped):
+                                                                         persistenced_stopped):
     """Fault util-latch (Datura-ai/lium-io PR #1142, #1140): 100 % utilisation with no process and no memory of its
     own; a reset is refused while persistence mode holds the GPU; a client that opens and closes cleanly clears it,
     a killed one does not; a reset with persistence mode off clears it too."""

@@ -10,14 +10,12 @@ import json
 import os
 import shlex
 import signal
-import sys
 
 import pytest
 
 from conftest import LABCTL, NODE2, TEMPLATE, destroy, labctl, node_ssh
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
 VMID = 196
 PVE1_GPUS = 8
@@ -69,8 +67,8 @@ def test_each_node_shows_its_own_gpus(lab):
 def ct2(lab):
     destroy(VMID)
     r = ssh(NODE2, "pct", "create", str(VMID), TEMPLATE, "--hostname", "gpu-pve2", "--memory", "512",
-                 "--swap", "0", "--unprivileged", "1", "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidiactl",
-                 "--dev2", "/dev/nvidia-uvm", timeout=600)
+            "--swap", "0", "--unprivileged", "1", "--dev0", "/dev/nvidia0", "--dev1", "/dev/nvidiactl",
+            "--dev2", "/dev/nvidia-uvm", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert os.path.exists(f"/etc/pve/nodes/pve2/lxc/{VMID}.conf")
     r = ssh(NODE2, "pct", "start", str(VMID))
@@ -89,7 +87,7 @@ def test_pve2_refuses_pve1_only_gpu(ct2):
 def test_pve2_container_holds_pve2_gpu0(ct2):
     pve1_apps = apps(None)
     r = ssh(NODE2, "pct", "exec", str(ct2), "--", "python3", "/run/nvidia-lab/lab-worker.py", "--daemonize",
-                 "--gpus", "0", "--mib", str(MIB), "--name", "pve2-worker")
+            "--gpus", "0", "--mib", str(MIB), "--name", "pve2-worker")
     assert r.returncode == 0, r.stdout + r.stderr
     ct_pid = json.loads(r.stdout.strip().splitlines()[-1])["pid"]
     try:
@@ -135,7 +133,7 @@ def test_pve2_reset_is_pve2s_only(lab):
     GPU 3 (the same device numbers, 195:3) stays held by pve1's nvidia-persistenced and is not reset."""
     gpu = PVE2_GPUS - 1
     # pve2 runs without nvidia-persistenced unless asked (labgpu, LABGPU_PVE2_PERSISTENCED): start it for this test.
-    assert t.run([t.LABGPU, "up"], env=dict(os.environ, LABGPU_PVE2_PERSISTENCED="1")).returncode == 0
+    assert t.run(t.LABGPU + ["up"], env=dict(os.environ, LABGPU_PVE2_PERSISTENCED="1")).returncode == 0
     assert t.wait_for(lambda: os.path.exists(PERSISTENCED_PVE2))
     with open(PERSISTENCED_PVE2) as f:
         pid = int(f.read())
@@ -153,7 +151,7 @@ def test_pve2_reset_is_pve2s_only(lab):
         assert r.returncode == 255, r.stdout
     finally:
         ssh(NODE2, "nvidia-smi", "-pm", "1", "-i", str(gpu))
-        assert t.run([t.LABGPU, "up"]).returncode == 0  # the lab's default again: pve2 without nvidia-persistenced
+        assert t.run(t.LABGPU + ["up"]).returncode == 0  # the lab's default again: pve2 without nvidia-persistenced
     try:
         with open(PERSISTENCED_PVE2) as f:
             left = int(f.read())

@@ -3,13 +3,9 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "gpu"))
-sys.path.insert(0, os.path.join(HERE, "pve"))
-import driverd  # noqa: E402
-import nodens  # noqa: E402
+from gpu import driverd
+from pve import nodens
 
 
 def test_node_paths_and_config():

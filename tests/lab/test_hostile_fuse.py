@@ -20,18 +20,15 @@ import os
 import runpy
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 
 import pytest
 import yaml
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
-                                                reason="the lab's pct and container template are not installed")]
+                                               reason="the lab's pct and container template are not installed")]
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TENANT, OTHER = 185, 186

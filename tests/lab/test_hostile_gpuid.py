@@ -13,16 +13,14 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
-                                                reason="the lab's pct and container template are not installed")]
+                                               reason="the lab's pct and container template are not installed")]
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 OURS, THEIRS = os.environ.get("LABGPU_GPUID_VMIDS", "189,190").split(",")
@@ -122,7 +120,7 @@ def test_the_driver_reports_minor_and_index_apart(node):
     assert "Minor Number                          : %d" % OUR_MINOR in sections[gpu(OUR_INDEX)["pci_bus_id"]]
     r = t.smi("--query-gpu=index,minor_number,pci.bus_id", "--format=csv,noheader", "-i", "%d,%d" % (THEIR_INDEX, OUR_INDEX))
     assert [ln.split(", ")[:2] for ln in r.stdout.splitlines()] == [[str(THEIR_INDEX), str(THEIR_MINOR)],
-                                                                   [str(OUR_INDEX), str(OUR_MINOR)]]
+                                                                    [str(OUR_INDEX), str(OUR_MINOR)]]
 
 
 def test_deploy_reads_which_gpu_each_device_node_is(node):
@@ -132,7 +130,6 @@ def test_deploy_reads_which_gpu_each_device_node_is(node):
     assert rc == 0 and facts["gpu_numbering_problems"] == [], facts
     minors = {g["index"]: g["minor_number"] for g in facts["gpus"]}
     assert (minors[OUR_INDEX], minors[THEIR_INDEX]) == (OUR_MINOR, THEIR_MINOR)
-    sys.path.insert(0, os.path.join(REPO, ".collections"))
     from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import sglang_deploy
     rows = sglang_deploy.check_gpus_exist(int(OURS), [OUR_MINOR], {
         "gpus": facts["gpus"], "device_paths": [d["path"] for d in facts["device_nodes"]]})

@@ -20,7 +20,6 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -33,8 +32,7 @@ import yaml
 
 from conftest import LAB, NODE, REPO, pct, running_ct
 
-sys.path.insert(0, os.path.join(REPO, "tests", "awx", "runner"))
-import awx_job  # noqa: E402
+import awx_job  # tests/awx/runner (pytest.ini)
 
 VMID = 184
 IMPOSTOR_PORT = 22184
@@ -303,7 +301,6 @@ def test_pip_require_hashes_refuses_a_tampered_wheel(ct184, probe):
     """sglang_server_pip_hashes: the collection's requirements file (supply_chain.requirements, the product's) under
     pip --require-hashes. A wheelhouse whose sglang wheel differs from the pinned hash installs nothing; the genuine
     one installs (read from the venv in CT 184)."""
-    sys.path.insert(0, os.path.join(REPO, ".collections"))
     from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import supply_chain
     version = "0.5.21"
     wheels = sorted(f for f in os.listdir(WHEELS) if f.endswith(".whl"))

@@ -24,7 +24,6 @@ import re
 import runpy
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -38,7 +37,6 @@ SOURCE = os.path.join(REPO, "extensions", "eda", "plugins", "event_source", "gpu
 BIN = os.path.join(REPO, ".venv", "bin")
 LAB = "/var/lib/inferops-lab"
 
-sys.path.insert(0, os.path.join(REPO, ".collections"))
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import eda_watch  # noqa: E402
 
 # The lab node as inventories/lab/hosts.yml reaches it (root over SSH, the host key checked).

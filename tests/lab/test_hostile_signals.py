@@ -15,6 +15,7 @@ by a non-interactive ``pct exec`` (it keeps the host caller's process group), wh
 from __future__ import annotations
 
 import ctypes
+import importlib
 import json
 import os
 import signal
@@ -25,22 +26,21 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "gpu"))
-import testlib as t  # noqa: E402
+from gpu import testlib as t
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.realpath(os.path.join(HERE, "..", ".."))
 COLLECTIONS = os.path.join(REPO, ".collections")
 LINK = os.path.join(COLLECTIONS, "ansible_collections", "inferops", "gpu_inference")
 if not os.path.exists(LINK):
     os.makedirs(os.path.dirname(LINK), exist_ok=True)
     os.symlink("../../..", LINK)
-sys.path.insert(0, COLLECTIONS)
+importlib.invalidate_caches()  # the link made just now, on sys.path since the start (pytest.ini)
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs  # noqa: E402
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_signals as rsig  # noqa: E402
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
-                                                reason="the lab's pct and container template are not installed")]
+                                               reason="the lab's pct and container template are not installed")]
 
 VMID = int(os.environ.get("HOSTILE_SIGNALS_VMID", "191"))
 GPU = 5
@@ -64,6 +64,7 @@ while True:
 """
 
 # --------------------------------------------------------------------------- the world
+
 
 def stat(pid):
     return procs.read_stat(pid)

@@ -8,7 +8,7 @@ import stat
 import pytest
 from proxmoxer.core import ResourceException
 
-from conftest import LIFECYCLE_VMID, NODE, NODE2, TEST_VMID, create_ct, destroy, pct, wait_task
+from conftest import LIFECYCLE_VMID, NODE, NODE2, create_ct, destroy, pct, wait_task
 
 UPID_RE = re.compile(r"^UPID:pve1:[0-9A-F]{8}:[0-9A-F]{8}:[0-9A-F]{8}:[a-z]+:\d+:root@pam(!lab)?:$")
 DEV_REFUSED = "Permission check failed (configuring device passthrough is only allowed for root@pam)"
@@ -138,7 +138,7 @@ def test_missing_device_refuses_start(api_root, ct):
         upid = nodeapi.lxc(ct).status.start.post()
         st = wait_task(api_root, upid)
         assert st["exitstatus"] == f"startup for container '{ct}' failed"
-        log = [l["t"] for l in nodeapi.tasks(upid).log.get()]
+        log = [ln["t"] for ln in nodeapi.tasks(upid).log.get()]
         assert f"Could not get mode or device ID of {node}" in log
         assert nodeapi.lxc(ct).status.current.get()["status"] == "stopped"
     finally:

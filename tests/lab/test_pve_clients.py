@@ -260,7 +260,7 @@ def test_without_pve2_pve1_has_no_quorum(api_token):
         nodes = {n["node"]: n["status"] for n in api_token.nodes.get()}
         assert nodes == {NODE: "online", NODE2: "offline"}
     finally:
-        subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tests", "lab", "pve", "api.py"), "--daemon", "--node",
+        subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tests", "lab", "labctl"), "api", "--daemon", "--node",
                         NODE2], check=True)  # as labctl up starts it
         for _ in range(100):
             with contextlib.suppress(requests.RequestException):

@@ -10,7 +10,7 @@ from conftest import LABCTL, labctl
 
 def bystander() -> tuple[int, str]:
     out = labctl("status").stdout
-    line = [l for l in out.splitlines() if l.startswith("bystander CT 130: ")][0]
+    line = [ln for ln in out.splitlines() if ln.startswith("bystander CT 130: ")][0]
     pid = int(line.split("host pid ")[1].split(",")[0])
     heartbeat = line.split("heartbeat ")[1].split(" (")[0]
     return pid, heartbeat
@@ -21,8 +21,8 @@ def test_second_up_is_a_noop_and_bystander_survives(lab):
     t = time.time()
     r = labctl("up")
     took = time.time() - t
-    peers = ("labctl: tests/lab/gpu/labgpu up", "labctl: building the SGLang stand-in wheels")
-    lines = [l for l in r.stdout.splitlines() if l.startswith("labctl:") and not l.startswith(peers)]
+    peers = ("labctl: labctl gpu up", "labctl: building the SGLang stand-in wheels")
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("labctl:") and not ln.startswith(peers)]
     assert lines[-1].startswith("labctl: lab is up"), r.stdout
     assert len(lines) == 1, f"second up changed something:\n{r.stdout}"
     assert took < 20, took
@@ -38,7 +38,7 @@ def test_bystander_is_an_unprivileged_ct_with_small_memory(lab):
     # Its own GPU work: GPU 4 passed as dev0, a process holding 512 MiB on it (what recovery of CT 129 must not touch).
     assert "dev0: /dev/nvidia4\n" in conf
     out = labctl("status").stdout
-    line = [l for l in out.splitlines() if l.startswith("bystander CT 130 GPU:")][0]
+    line = [ln for ln in out.splitlines() if ln.startswith("bystander CT 130 GPU:")][0]
     assert "GPU 4 512 MiB" in line and "NOT RUNNING" not in line, line
 
 

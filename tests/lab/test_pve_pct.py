@@ -31,7 +31,7 @@ def test_status_config_list(ct):
     verbose = pct("status", str(ct), "--verbose").stdout
     assert f"maxmem: {512 * MIB}\n" in verbose and "pid: " in verbose
     assert "memory: 512\n" in pct("config", str(ct)).stdout
-    assert any(l.split()[:2] == [str(ct), "running"] for l in pct("list").stdout.splitlines())
+    assert any(ln.split()[:2] == [str(ct), "running"] for ln in pct("list").stdout.splitlines())
     r = pct("start", str(ct))
     assert r.returncode == 255 and f"CT {ct} already running" in r.stderr
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pve"))
 
-import api  # noqa: E402
-import pct  # noqa: E402
-import pvelab as pve  # noqa: E402
-from pvelab import PVEError  # noqa: E402
+from pve import api
+from pve import pct
+from pve import pvelab as pve
+from pve.pvelab import PVEError
 
 SCHEMA_ERROR = "property is not defined in schema and the schema does not allow additional properties"
 ROOT_TOKEN = {"tokens": {"root@pam!lab": {"privsep": 0}}, "acl": [], "roles": {}}
@@ -347,7 +345,7 @@ CREATE = {"vmid": "150", "ostemplate": "local:vztmpl/debian-13-standard_13.1-1_a
 
 
 def test_slice_is_pinned_and_complete():
-    import apischema
+    from pve import apischema
     assert apischema.SLICE["commit"] == "a8736b6d6169ea9679ee02285ea36fdab42e85c3"  # pve-docs 9.1.3
     assert apischema.SLICE["source"].endswith("pve-docs api-viewer/apidata.js")
     assert len(apischema.METHODS) == 35 and apischema.FORMATS_MISSING == []
@@ -446,8 +444,7 @@ def test_9x_config_keys_pass_the_schema_and_8_4_refuses_them():
               "net1": "name=eth1,bridge=vmbr0,host-managed=1", "mp0": "/srv/x,mp=/mnt/x,keepattrs=1"}
     p = prep("PUT", "/nodes/pve1/lxc/129/config", params)
     assert {k: p[k] for k in params} == params
-    errors = api.apischema.profile_errors("8.4", "PUT /nodes/{node}/lxc/{vmid}/config", dict(params, node="pve1",
-                                                                                           vmid="129"))
+    errors = api.apischema.profile_errors("8.4", "PUT /nodes/{node}/lxc/{vmid}/config", dict(params, node="pve1", vmid="129"))
     assert errors == {"entrypoint": SCHEMA_ERROR, "env": SCHEMA_ERROR,
                       "net1": "invalid format - invalid key in comma-separated list property: host-managed\n",
                       "mp0": "invalid format - invalid key in comma-separated list property: keepattrs\n"}

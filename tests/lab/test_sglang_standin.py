@@ -9,16 +9,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
+from sglang_standin import harness
 
-import harness  # noqa: E402
 
 GIB = 1024 ** 3
 RESERVE = 10 * GIB  # SGLang's 10 GiB host reserve (section 2.4)

@@ -1,19 +1,14 @@
 """In-process checks of the SGLang stand-in's arithmetic against sglang-hicache.md (no processes)."""
 
-import os
 import re
-import sys
 
 import pytest
+# the stand-in's own source (sglang_standin/src, on the path by pytest.ini), as its wheels install it
+from sglang.srt.mem_cache.memory_pool_host import committed_bytes, host_pool_tokens, pow2_ceil
+from sglang.srt.model_config import ModelConfig, pp_layers
+from sglang.srt.server_args import local_ranks, prepare_server_args, ranks_per_host
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "sglang_standin", "src"))
-sys.path.insert(0, os.path.join(HERE, "sglang_standin"))
-
-import build_wheels  # noqa: E402
-from sglang.srt.mem_cache.memory_pool_host import committed_bytes, host_pool_tokens, pow2_ceil  # noqa: E402
-from sglang.srt.model_config import ModelConfig, pp_layers  # noqa: E402
-from sglang.srt.server_args import local_ranks, prepare_server_args, ranks_per_host  # noqa: E402
+from sglang_standin import build_wheels
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from conftest import HERE, LABCTL
+from conftest import LABCTL
 
-sys.path.insert(0, os.path.join(HERE, "pve"))
-import template  # noqa: E402
+from pve import template
 
 TEMPLATE_FILE = "/var/lib/vz/template/cache/debian-13-standard_13.1-1_amd64.tar.zst"
 UNREACHABLE = "http://127.0.0.1:9/debian"  # port 9 (discard): nothing listens, the connection is refused

@@ -30,9 +30,9 @@ import subprocess
 import sys
 import time
 
+from gpu import driverd
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import driverd  # noqa: E402
 
 STATE = "/run/inferops-lab/gpu/faults.json"
 WORKER = "/run/nvidia-lab/lab-worker.py"
@@ -411,7 +411,7 @@ def clear_stuck(vmid, rec):
                 break
             time.sleep(0.05)
     try:
-        import stuckfs
+        from gpu import stuckfs
         stuckfs.unmount(init_pid(vmid), rec["mountpoint"])
     except (FaultError, OSError):
         pass

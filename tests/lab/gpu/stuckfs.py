@@ -201,7 +201,7 @@ def unmount(target_pid, mountpoint):
     def mounted():
         try:
             with open("/proc/%d/mountinfo" % target_pid) as f:
-                return any(l.split()[4] == mountpoint and " - fuse.lab-stuckfs " in l for l in f)
+                return any(ln.split()[4] == mountpoint and " - fuse.lab-stuckfs " in ln for ln in f)
         except OSError:
             return False
 

@@ -3,21 +3,19 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
 GPU_DIR = os.path.dirname(os.path.abspath(__file__))
-LABGPU = os.path.join(GPU_DIR, "labgpu")
-FAULT = os.path.join(GPU_DIR, "fault.py")
+PY = "/usr/bin/python3"
+LABCTL = os.path.join(os.path.dirname(GPU_DIR), "labctl")
+LABGPU = [PY, LABCTL, "gpu"]  # labgpu (gpu/labgpu.py): `LABGPU + ["up"]`
 SMI = "/usr/bin/nvidia-smi"
 SOCK = "/run/nvidia-lab/driver.sock"
-PY = "/usr/bin/python3"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the lab tests run as root")
 
@@ -99,7 +97,7 @@ def wait_for(pred, timeout=10.0, step=0.1):
 
 
 def lab_up():
-    r = run([LABGPU, "up"])
+    r = run(LABGPU + ["up"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -153,7 +151,7 @@ def ct_worker(vmid, gpu, mib, *extra):
 
 
 def fault(*args):
-    return run([PY, FAULT] + list(args), timeout=120)
+    return run([PY, LABCTL, "fault"] + list(args), timeout=120)
 
 
 def host_pids_in_ct(vmid):
@@ -177,9 +175,6 @@ def proc_state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
-
-
-sys.path.insert(0, GPU_DIR)
 
 
 PERSISTENCED = "/usr/bin/nvidia-persistenced"

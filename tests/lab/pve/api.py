@@ -19,10 +19,9 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import apischema  # noqa: E402
-import pvelab as pve  # noqa: E402
-from pvelab import PVEError  # noqa: E402
+from pve import apischema
+from pve import pvelab as pve
+from pve.pvelab import PVEError
 
 LAB = pve.LAB
 PKI = f"{LAB}/pki"
@@ -543,15 +542,16 @@ def serve(host: str, port: int) -> None:
     httpd.serve_forever()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`labctl api [--node N] [--host H] [--port P] [--daemon]`"""
     import argparse
     global PIDFILE, LOGFILE, PROFILE_LOG
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="labctl api")
     ap.add_argument("--node", default="pve1", choices=sorted(pve.NODE_ADDRESSES))
     ap.add_argument("--host", default=None, help="default: the node's address")
     ap.add_argument("--port", type=int, default=API_PORT)
     ap.add_argument("--daemon", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
     pve.set_node(args.node)
     PIDFILE = pve.api_pidfile(args.node)
@@ -559,7 +559,7 @@ def main() -> int:
         LOGFILE = f"{LAB}/log/pve-api-{args.node}.log"
     args.host = args.host or pve.NODE_ADDRESSES[args.node]
     if args.node != "pve1":  # another node's daemon and task workers live in its mount namespace (its GPUs)
-        import nodens
+        from pve import nodens
         nodens.enter(args.node)
     if args.daemon:
         os.makedirs(os.path.dirname(LOGFILE), exist_ok=True)

@@ -2,7 +2,8 @@
 
 The schema is apidata-slice.json: the lab's methods cut from pve-docs `api-viewer/apidata.js` at the commit
 it names (make_apislice.py), the release the lab reports (9.1). PROFILES holds the other releases the lab checks
-requests against without serving them (8.4: apidata-slice-8.4.json; api.py records each request's verdict). The checks are a port of pve-common `src/PVE/JSONSchema.pm` at f665029:
+requests against without serving them (8.4: apidata-slice-8.4.json; api.py records each request's verdict).
+The checks are a port of pve-common `src/PVE/JSONSchema.pm` at f665029:
 `check_prop`, `check_object`, `check_type`, `check_format`, `parse_property_string`, `is_number`,
 `is_integer`, `parse_boolean`, `parse_size`, with PVE's error texts (a named format's `die` text keeps its
 newline, as PVE's "invalid format - $@" does). The named formats are the registered verifiers of

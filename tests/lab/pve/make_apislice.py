@@ -31,6 +31,7 @@ def out_path(profile: str | None) -> str:
     """apidata-slice.json for the lab's own profile, apidata-slice-<profile>.json for another."""
     return os.path.join(HERE, f"apidata-slice-{profile}.json" if profile else "apidata-slice.json")
 
+
 # Every method the lab's API serves (api.py routes exactly these; anything else is 501).
 ENDPOINTS = [
     ("GET", "/version"),

@@ -9,10 +9,9 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-import apischema  # noqa: E402
-import pvelab as pve  # noqa: E402
-from pvelab import PVEError  # noqa: E402
+from pve import apischema
+from pve import pvelab as pve
+from pve.pvelab import PVEError
 
 USER = "root@pam"
 CMDS = ("exec", "enter", "start", "stop", "shutdown", "reboot", "status", "config", "set", "unlock", "list",
@@ -279,7 +278,7 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         die("only root can run pct")
     if pve.NODE != "pve1":  # pve2's pct acts in pve2's mount namespace (its /dev/nvidia*), as its sessions do
-        import nodens
+        from pve import nodens
         nodens.enter(pve.NODE)
     try:
         if cmd == "exec":

@@ -20,8 +20,10 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import apischema  # noqa: E402
+from pve import apischema
+
+# The lab's entry point, through which a task's worker runs (`labctl task-worker`).
+LABCTL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "labctl")
 
 # The lab's cluster (docs/lab.md, "Two nodes"): each node's name and its address (API on <address>:8006, sshd on
 # <address>:2222). Which of them form the cluster is what /etc/pve/corosync.conf lists (labctl up writes it; without
@@ -322,7 +324,7 @@ def parse_dev(value: str) -> dict:
             raise ValueError(f"invalid format - property '{k}' is not defined in schema")
     path = d.get("path", "")
     if not path.startswith("/dev/") or "/./" in path or "/../" in path:
-        raise ValueError(f"invalid format - value does not look like a valid device path")
+        raise ValueError("invalid format - value does not look like a valid device path")
     if "mode" in d and not re.fullmatch(r"0[0-7]{3}", d["mode"]):
         raise ValueError("invalid format - value does not look like a valid file access mode")
     for k in ("uid", "gid"):
@@ -790,7 +792,7 @@ def list_tasks(p: dict | None = None) -> list:
 
 def spawn_task(ttype: str, tid, user: str, func_name: str, args: list) -> str:
     """Runs a task in a detached worker process (like fork_worker) and returns its UPID at once."""
-    cmd = [sys.executable, os.path.abspath(__file__), "worker", json.dumps(
+    cmd = [sys.executable, LABCTL, "task-worker", json.dumps(
         {"type": ttype, "id": str(tid), "user": user, "func": func_name, "args": args})]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                          close_fds=True)
@@ -1020,7 +1022,7 @@ def build_lxc_config(vmid: int, conf: dict) -> str:
     for variable in (v for v in str(conf.get("env") or "").split("\0") if v):
         lines.append(f"lxc.environment = {variable}")
     devs = [(k, parse_dev(conf[k])) for k in sorted((k for k in conf if re.fullmatch(r"dev\d+", k)),
-                                                     key=lambda k: int(k[3:]))]
+                                                    key=lambda k: int(k[3:]))]
     has_nvidia = False
     for key, dev in devs:
         path = dev["path"]
@@ -1158,7 +1160,7 @@ def do_create(task: Task, vmid: int, params: dict, tmpl: str) -> None:
             shutil.rmtree(f"{LXC_DIR}/{vmid}")
         _extract_template(task, tmpl, root, unpriv)
         hostname = conf.get("hostname", f"CT{vmid}")
-        task.say(f"Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
+        task.say("Creating SSH host key 'ssh_host_ed25519_key' - this may take some time ...")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{hostname}", "-f",
                         f"{root}/etc/ssh/ssh_host_ed25519_key"], check=True, capture_output=True)
         for suffix in ("", ".pub"):
@@ -1820,10 +1822,9 @@ def template_list() -> list:
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "worker":
         return worker_main(json.loads(argv[1]))
-    print("usage: pvelab.py worker JSON", file=sys.stderr)
+    print("usage: labctl task-worker JSON", file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.exit(main(sys.argv[1:]))

@@ -78,10 +78,10 @@ def default_mirror() -> str:
 def _log_tail(log: str, want=("E:", "W: Failure", "Failed", "error")) -> str:
     try:
         with open(log, errors="replace") as f:
-            lines = [l.strip() for l in f if l.strip()]
+            lines = [ln.strip() for ln in f if ln.strip()]
     except OSError:
         return ""
-    hits = [l for l in lines if any(l.startswith(w) or w in l for w in want)]
+    hits = [ln for ln in lines if any(ln.startswith(w) or w in ln for w in want)]
     return (hits or lines or [""])[-1]
 
 

@@ -258,8 +258,7 @@ def mem_available() -> int:
 
 
 def write_tiny_model(directory: str, layers=2, heads=8, kv_heads=8, head_dim=128, weights=1 << 30, mla=False):
-    sys.path.insert(0, HERE)
-    import build_wheels
+    from sglang_standin import build_wheels
 
     if mla:
         cfg = dict(build_wheels.MODELS["kimi-k2-tiny"]["config"], num_hidden_layers=layers)

@@ -1,5 +1,4 @@
-#!/usr/bin/python3
-"""labgpu up|down|status -- the simulated NVIDIA driver and GPUs of the inferops lab nodes.
+"""labctl gpu up|down|status (labgpu) -- the simulated NVIDIA driver and GPUs of the inferops lab nodes.
 
 up (idempotent): device nodes with NVIDIA's numbers, the driver daemon (detached), the node's
 /usr/bin/nvidia-smi and userspace markers, and the fake installers
@@ -23,11 +22,11 @@ import subprocess
 import sys
 import time
 
+from gpu import driverd
+from pve import nodens
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pve"))
-import driverd  # noqa: E402
-import nodens  # noqa: E402
+LABCTL = os.path.join(os.path.dirname(HERE), "labctl")
 
 RUN = "/run/inferops-lab"
 GPU_RUN = RUN + "/gpu"
@@ -476,9 +475,8 @@ def down():
         cfg.update(json.load(open(EFFECTIVE)))
     except (OSError, ValueError):
         pass
-    fault = os.path.join(HERE, "fault.py")
-    if os.path.exists(fault) and os.path.exists(GPU_RUN + "/faults.json"):
-        subprocess.call([sys.executable, fault, "clear"])
+    if os.path.exists(GPU_RUN + "/faults.json"):
+        subprocess.call([sys.executable, LABCTL, "fault", "clear"])
     for node in OTHER_NODES:
         node_down(cfg, node)
     stop_persistenced()
@@ -547,13 +545,13 @@ def status():
     return 0 if ok else 1
 
 
-def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("up", "down", "status"):
-        sys.exit("usage: labgpu up|down|status")
+def main(argv):
+    if len(argv) != 1 or argv[0] not in ("up", "down", "status"):
+        sys.exit("usage: labctl gpu up|down|status")
     if os.geteuid() != 0:
         sys.exit("labgpu: must run as root")
-    return {"up": up, "down": down, "status": status}[sys.argv[1]]()
+    return {"up": up, "down": down, "status": status}[argv[0]]()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
