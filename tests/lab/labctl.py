@@ -40,29 +40,28 @@ import sys
 import time
 import uuid
 
-from pve import nodens, template
-from pve import pvelab as pve
+from pve import ctapi, ctconfig, ctstate, lxcconf, nodens, pvecluster, pvenode, pvetasks, taskops, template
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 REPO = os.path.realpath(os.path.join(HERE, "..", ".."))
 # The lab's entry point (a thin script over this module): its own commands and the programs below run through it.
 LABCTL = os.path.join(HERE, "labctl")
 
-LAB = pve.LAB
-RUN = pve.RUN
+LAB = pvenode.LAB
+RUN = pvenode.RUN
 PKI = f"{LAB}/pki"
 SSH = f"{LAB}/ssh"
 SECRETS = f"{LAB}/secrets"
 LOGDIR = f"{LAB}/log"
 PACKAGES_DIR = f"{LAB}/packages"
 # The lab's template: Debian 13, as PVE 9.1's debian-13-standard (tests/lab/pve/template.py SUITES)
-TEMPLATE = f"{pve.TMPL_DIR}/{template.SUITES[template.SUITE]}"
+TEMPLATE = f"{pvenode.TMPL_DIR}/{template.SUITES[template.SUITE]}"
 TEMPLATE_VOLID = f"local:vztmpl/{template.SUITES[template.SUITE]}"
 API_PORT = 8006
 SSH_PORT = 2222
 TOKEN_ID = "root@pam!lab"
 BYSTANDER = 130
-MARKER = f"{pve.PVE_ETC}/.inferops-lab"
+MARKER = f"{pvenode.PVE_ETC}/.inferops-lab"
 PCT = "/usr/sbin/pct"
 KNOWN_HOSTS_SYSTEM = "/etc/ssh/ssh_known_hosts"
 KH_BEGIN = "# BEGIN inferops-lab pve1"
@@ -180,14 +179,14 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 def lab_nodes() -> list[str]:
     """The nodes of this lab: INFEROPS_LAB_NODES (pve1 first, always), default both."""
     names = [n.strip() for n in (os.environ.get("INFEROPS_LAB_NODES") or DEFAULT_NODES).split(",") if n.strip()]
-    bad = [n for n in names if n not in pve.NODE_ADDRESSES]
+    bad = [n for n in names if n not in pvenode.NODE_ADDRESSES]
     if bad or not names or names[0] != "pve1" or len(set(names)) != len(names):
         die(f"INFEROPS_LAB_NODES={os.environ.get('INFEROPS_LAB_NODES')!r}: give pve1 or pve1,pve2", 2)
     return names
 
 
 def extra_nodes() -> list[str]:
-    return [n for n in pve.NODE_ADDRESSES if n != "pve1"]
+    return [n for n in pvenode.NODE_ADDRESSES if n != "pve1"]
 
 
 def node_sshd_pidfile(node: str) -> str:
@@ -268,21 +267,21 @@ def ensure_packages() -> None:
 
 
 def ensure_dirs() -> None:
-    for d in (LAB, RUN, PKI, SSH, SECRETS, LOGDIR, pve.TASK_DIR, pve.CONF_DIR, f"{pve.PVE_ETC}/priv",
-              pve.TMPL_DIR, pve.LXC_DIR, PACKAGES_DIR):
+    for d in (LAB, RUN, PKI, SSH, SECRETS, LOGDIR, pvenode.TASK_DIR, pvenode.CONF_DIR, f"{pvenode.PVE_ETC}/priv",
+              pvenode.TMPL_DIR, pvenode.LXC_DIR, PACKAGES_DIR):
         os.makedirs(d, exist_ok=True)
-    for d in (SSH, SECRETS, f"{pve.PVE_ETC}/priv"):
+    for d in (SSH, SECRETS, f"{pvenode.PVE_ETC}/priv"):
         os.chmod(d, 0o700)
     if not os.path.exists(MARKER):
         with open(MARKER, "w") as f:
             f.write("This /etc/pve is the inferops lab's simulated PVE node (tests/lab/labctl), not pmxcfs.\n")
-    for node in pve.NODE_ADDRESSES:
-        os.makedirs(f"{pve.PVE_ETC}/nodes/{node}/lxc", exist_ok=True)
-    link = f"{pve.PVE_ETC}/lxc"  # as on PVE: /etc/pve/lxc -> nodes/<this node>/lxc
+    for node in pvenode.NODE_ADDRESSES:
+        os.makedirs(f"{pvenode.PVE_ETC}/nodes/{node}/lxc", exist_ok=True)
+    link = f"{pvenode.PVE_ETC}/lxc"  # as on PVE: /etc/pve/lxc -> nodes/<this node>/lxc
     if not os.path.islink(link):
         if os.path.isdir(link):
             shutil.rmtree(link)
-        os.symlink(f"nodes/{pve.NODE}/lxc", link)
+        os.symlink(f"nodes/{pvenode.NODE}/lxc", link)
 
 
 def ensure_subids() -> None:
@@ -324,14 +323,14 @@ def ensure_lxcfs() -> None:
 
 
 def ensure_bridge() -> None:
-    if sh(["ip", "link", "show", pve.BRIDGE], check=False).returncode != 0:
-        say(f"creating bridge {pve.BRIDGE} {pve.BRIDGE_ADDR}")
-        sh(["ip", "link", "add", pve.BRIDGE, "type", "bridge"])
-    addrs = sh(["ip", "-o", "-4", "addr", "show", "dev", pve.BRIDGE]).stdout
-    if pve.BRIDGE_ADDR not in addrs:
-        sh(["ip", "addr", "add", pve.BRIDGE_ADDR, "dev", pve.BRIDGE])
-    if "UP" not in sh(["ip", "-br", "link", "show", pve.BRIDGE]).stdout.split()[1]:
-        sh(["ip", "link", "set", pve.BRIDGE, "up"])
+    if sh(["ip", "link", "show", pvenode.BRIDGE], check=False).returncode != 0:
+        say(f"creating bridge {pvenode.BRIDGE} {pvenode.BRIDGE_ADDR}")
+        sh(["ip", "link", "add", pvenode.BRIDGE, "type", "bridge"])
+    addrs = sh(["ip", "-o", "-4", "addr", "show", "dev", pvenode.BRIDGE]).stdout
+    if pvenode.BRIDGE_ADDR not in addrs:
+        sh(["ip", "addr", "add", pvenode.BRIDGE_ADDR, "dev", pvenode.BRIDGE])
+    if "UP" not in sh(["ip", "-br", "link", "show", pvenode.BRIDGE]).stdout.split()[1]:
+        sh(["ip", "link", "set", pvenode.BRIDGE, "up"])
 
 
 def ensure_pki() -> None:
@@ -342,7 +341,7 @@ def ensure_pki() -> None:
             "-days", "3650", "-subj", "/CN=inferops lab CA/O=inferops-lab",
             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
         os.chmod(ca_key, 0o600)
-        for node in pve.NODE_ADDRESSES:
+        for node in pvenode.NODE_ADDRESSES:
             for p in node_cert(node):
                 if os.path.exists(p):
                     os.unlink(p)
@@ -363,7 +362,7 @@ def ensure_node_cert(node: str, ca: str, ca_key: str) -> None:
     say(f"creating the {node} server certificate")
     d = os.path.dirname(cert)
     os.makedirs(d, exist_ok=True)
-    ip = pve.NODE_ADDRESSES[node]
+    ip = pvenode.NODE_ADDRESSES[node]
     names = f"IP:{ip},DNS:{node},DNS:{node}.lab" + (",DNS:localhost" if ip == "127.0.0.1" else "")
     ext = f"{d}/pve-ssl.ext"
     with open(ext, "w") as f:
@@ -376,7 +375,7 @@ def ensure_node_cert(node: str, ca: str, ca_key: str) -> None:
     os.chmod(key, 0o600)
 
 
-COROSYNC = """# inferops lab (tests/lab/labctl): the simulated cluster's members; pvelab.cluster_nodes reads the nodelist.
+COROSYNC = """# inferops lab (tests/lab/labctl): the simulated cluster's members; pve/pvecluster.py cluster_nodes reads the nodelist.
 totem {{
   cluster_name: {name}
   config_version: {count}
@@ -398,22 +397,22 @@ def ensure_cluster() -> None:
     daemons of a node that is no longer a member; /etc/pve/.vmlist."""
     nodes = lab_nodes()
     if len(nodes) == 1:
-        if os.path.exists(pve.COROSYNC_CONF):
+        if os.path.exists(pvenode.COROSYNC_CONF):
             say("one node (INFEROPS_LAB_NODES=pve1): removing the cluster")
-            os.unlink(pve.COROSYNC_CONF)
+            os.unlink(pvenode.COROSYNC_CONF)
     else:
         blocks = "".join(f"  node {{\n    name: {n}\n    nodeid: {i}\n    quorum_votes: 1\n"
-                         f"    ring0_addr: {pve.NODE_ADDRESSES[n]}\n  }}\n" for i, n in enumerate(nodes, 1))
-        if write_if_changed(pve.COROSYNC_CONF, COROSYNC.format(name=pve.CLUSTER_NAME, count=len(nodes), nodes=blocks)):
-            say(f"cluster {pve.CLUSTER_NAME}: {', '.join(nodes)}")
+                         f"    ring0_addr: {pvenode.NODE_ADDRESSES[n]}\n  }}\n" for i, n in enumerate(nodes, 1))
+        if write_if_changed(pvenode.COROSYNC_CONF, COROSYNC.format(name=pvenode.CLUSTER_NAME, count=len(nodes), nodes=blocks)):
+            say(f"cluster {pvenode.CLUSTER_NAME}: {', '.join(nodes)}")
     for node in extra_nodes():
         if node not in nodes:
             stop_node_daemons(node)
-    pve.write_vmlist()
+    pvecluster.write_vmlist()
 
 
 def stop_node_daemons(node: str) -> None:
-    stop_pidfile(pve.api_pidfile(node), f"{node}'s PVE API")
+    stop_pidfile(pvecluster.api_pidfile(node), f"{node}'s PVE API")
     stop_pidfile(node_sshd_pidfile(node), f"{node}'s sshd")
     for pid in daemon_pids("api", node) + daemon_pids(node_sshd_config(node), node):
         say(f"stopping {node}'s daemon pid {pid} (no pid file)")
@@ -467,7 +466,7 @@ def ensure_secrets() -> dict:
         "api_key": secret(f"{SECRETS}/sglang-api-key", lambda: secrets.token_urlsafe(24)),
         "vault": secret(VAULT_PASS, lambda: secrets.token_urlsafe(32)),
     }
-    write_if_changed(f"{pve.PVE_ETC}/priv/token.cfg", f"{TOKEN_ID} {s['token']}\n", 0o600)
+    write_if_changed(f"{pvenode.PVE_ETC}/priv/token.cfg", f"{TOKEN_ID} {s['token']}\n", 0o600)
     return s
 
 
@@ -513,8 +512,8 @@ def ensure_api() -> None:
 
 
 def ensure_node_api(node: str) -> None:
-    host = pve.NODE_ADDRESSES[node]
-    pidfile = pve.api_pidfile(node)
+    host = pvenode.NODE_ADDRESSES[node]
+    pidfile = pvecluster.api_pidfile(node)
     hashfile = f"{RUN}/pve-api.hash" if node == "pve1" else f"{RUN}/pve-api-{node}.hash"
     want = code_hash(node)
     pid = pid_alive(pidfile)
@@ -560,7 +559,7 @@ def ensure_ssh() -> None:
             sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node, "-f", host_key])
         with open(f"{host_key}.pub") as f:
             host_pub = " ".join(f.read().split()[:2])
-        ip = pve.NODE_ADDRESSES[node]
+        ip = pvenode.NODE_ADDRESSES[node]
         names = [f"[{ip}]:{SSH_PORT}", f"[{node}]:{SSH_PORT}"] + ([f"[localhost]:{SSH_PORT}"] if node == "pve1" else [])
         kh += "".join(f"{h} {host_pub}\n" for h in names)
     write_if_changed(f"{SSH}/known_hosts", kh)
@@ -571,7 +570,7 @@ def ensure_ssh() -> None:
 
 
 def ensure_node_sshd(node: str) -> None:
-    ip = pve.NODE_ADDRESSES[node]
+    ip = pvenode.NODE_ADDRESSES[node]
     pidfile = node_sshd_pidfile(node)
     cfg = f"""# sshd of the simulated PVE node {node} (inferops lab); root by key only
 Port {SSH_PORT}
@@ -637,30 +636,30 @@ def remove_block(text: str) -> str:
 
 def cleanup_stale_containers() -> None:
     """LXC containers without a PVE config (leftovers of an interrupted build or run) are removed."""
-    known = {str(v) for v in pve.vmlist()}  # every node's (the cluster's VMID list)
-    for name in sorted(os.listdir(pve.LXC_DIR)) if os.path.isdir(pve.LXC_DIR) else []:
-        if name in known or not os.path.isdir(os.path.join(pve.LXC_DIR, name)):
+    known = {str(v) for v in pvecluster.vmlist()}  # every node's (the cluster's VMID list)
+    for name in sorted(os.listdir(pvenode.LXC_DIR)) if os.path.isdir(pvenode.LXC_DIR) else []:
+        if name in known or not os.path.isdir(os.path.join(pvenode.LXC_DIR, name)):
             continue
         if name.isdigit() or name.startswith("inferops-lab"):
             say(f"removing stale container {name}")
             sh(["lxc-stop", "-n", name, "--kill"], check=False)
             sh(["lxc-destroy", "-n", name], check=False)
-            shutil.rmtree(os.path.join(pve.LXC_DIR, name), ignore_errors=True)
+            shutil.rmtree(os.path.join(pvenode.LXC_DIR, name), ignore_errors=True)
     # configs left with 'lock: create' by a create that never finished
-    for vmid, node in pve.vmlist().items():
-        conf = pve.load_config(vmid, node)
-        if conf.get("lock") == "create" and not pve.is_running(vmid) and not create_task_running(vmid, node):
+    for vmid, node in pvecluster.vmlist().items():
+        conf = ctconfig.load_config(vmid, node)
+        if conf.get("lock") == "create" and not ctstate.is_running(vmid) and not create_task_running(vmid, node):
             say(f"removing half-created CT {vmid}")
             destroy_ct(vmid)
 
 
 def create_task_running(vmid: int, node: str = "pve1") -> bool:
-    saved = pve.NODE
-    pve.set_node(node)
+    saved = pvenode.NODE
+    pvenode.set_node(node)
     try:
-        return bool(pve.list_tasks({"source": "active", "typefilter": "vzcreate", "vmid": str(vmid)}))
+        return bool(pvetasks.list_tasks({"source": "active", "typefilter": "vzcreate", "vmid": str(vmid)}))
     finally:
-        pve.set_node(saved)
+        pvenode.set_node(saved)
 
 
 BYSTANDERD = """#!/bin/sh
@@ -706,42 +705,42 @@ WantedBy=multi-user.target
 def ensure_bystander() -> None:
     vmid = BYSTANDER
     conf_path = f"/etc/pve/lxc/{vmid}.conf"
-    if pve.ct_exists(vmid) and f"dev0: /dev/nvidia{BYSTANDER_GPU}" not in open(conf_path).read():
+    if ctconfig.ct_exists(vmid) and f"dev0: /dev/nvidia{BYSTANDER_GPU}" not in open(conf_path).read():
         say(f"bystander CT {vmid} is from a lab without its GPU work: destroying it to create it again")
         sh(["/usr/sbin/pct", "stop", str(vmid)], check=False)
         sh(["/usr/sbin/pct", "destroy", str(vmid), "--force", "1"])
-    if not pve.ct_exists(vmid):
+    if not ctconfig.ct_exists(vmid):
         say(f"creating bystander CT {vmid}")
         params = {"hostname": "bystander", "memory": "256", "swap": "0", "cores": "1", "unprivileged": "1",
-                  "net0": f"name=eth0,bridge={pve.BRIDGE},ip=10.77.0.{vmid}/24,gw=10.77.0.1",
+                  "net0": f"name=eth0,bridge={pvenode.BRIDGE},ip=10.77.0.{vmid}/24,gw=10.77.0.1",
                   "dev0": f"/dev/nvidia{BYSTANDER_GPU}",
                   "ostemplate": TEMPLATE_VOLID, "description": "inferops lab bystander: never touch"}
-        ttype, tid, func, args = pve.create_ct(vmid, params, "root@pam")
-        task = pve.Task(ttype, tid, "root@pam")
-        if not pve.run_task(task, pve.TASK_FUNCS[func], *args):
-            die(f"creating CT {vmid} failed: {pve.task_status(task.upid)['exitstatus']}",
-                log=pve.task_file(task.upid, "log"))
-        root = pve.rootfs_dir(vmid)
+        ttype, tid, func, args = ctapi.create_ct(vmid, params, "root@pam")
+        task = pvetasks.Task(ttype, tid, "root@pam")
+        if not pvetasks.run_task(task, taskops.TASK_FUNCS[func], *args):
+            die(f"creating CT {vmid} failed: {pvetasks.task_status(task.upid)['exitstatus']}",
+                log=pvetasks.task_file(task.upid, "log"))
+        root = lxcconf.rootfs_dir(vmid)
         files = {"usr/local/bin/bystanderd": (BYSTANDERD, 0o755),
                  "etc/systemd/system/bystanderd.service": (BYSTANDER_UNIT, 0o644),
                  "etc/systemd/system/bystander-gpu.service": (BYSTANDER_GPU_UNIT, 0o644)}
         for rel, (text, mode) in files.items():
             path = os.path.join(root, rel)
             write_if_changed(path, text, mode)
-            os.lchown(path, pve.IDMAP_BASE, pve.IDMAP_BASE)
+            os.lchown(path, lxcconf.IDMAP_BASE, lxcconf.IDMAP_BASE)
         wants = os.path.join(root, "etc/systemd/system/multi-user.target.wants")
         os.makedirs(wants, exist_ok=True)
         for unit in ("bystanderd.service", "bystander-gpu.service"):
             link = os.path.join(wants, unit)
             if not os.path.islink(link):
                 os.symlink(f"/etc/systemd/system/{unit}", link)
-                os.lchown(link, pve.IDMAP_BASE, pve.IDMAP_BASE)
-    if not pve.is_running(vmid):
+                os.lchown(link, lxcconf.IDMAP_BASE, lxcconf.IDMAP_BASE)
+    if not ctstate.is_running(vmid):
         say(f"starting bystander CT {vmid}")
-        task = pve.Task("vzstart", vmid, "root@pam")
-        if not pve.run_task(task, pve.do_start, vmid, False):
-            die(f"starting CT {vmid} failed: {pve.task_status(task.upid)['exitstatus']}",
-                log=f"/var/log/lxc/{vmid}.log and {pve.task_file(task.upid, 'log')}")
+        task = pvetasks.Task("vzstart", vmid, "root@pam")
+        if not pvetasks.run_task(task, taskops.do_start, vmid, False):
+            die(f"starting CT {vmid} failed: {pvetasks.task_status(task.upid)['exitstatus']}",
+                log=f"/var/log/lxc/{vmid}.log and {pvetasks.task_file(task.upid, 'log')}")
         for _ in range(60):  # its GPU worker registers its allocation once the CT's systemd started it
             if bystander_info()["gpu_mib"] == BYSTANDER_GPU_MIB:
                 break
@@ -783,7 +782,7 @@ def bystander_info() -> dict:
     except OSError:
         pass
     try:
-        with open(os.path.join(pve.rootfs_dir(BYSTANDER), "var/lib/bystander/heartbeat")) as f:
+        with open(os.path.join(lxcconf.rootfs_dir(BYSTANDER), "var/lib/bystander/heartbeat")) as f:
             res["heartbeat"] = f.read().strip()
         res["age"] = round(time.time() - int(res["heartbeat"].split()[0]), 1)
     except (OSError, ValueError, IndexError):
@@ -901,19 +900,19 @@ def cmd_build_template(args: list[str]) -> int:
 def destroy_ct(vmid) -> None:
     sh(["lxc-stop", "-n", str(vmid), "--kill"], check=False)
     sh(["lxc-destroy", "-n", str(vmid)], check=False)
-    shutil.rmtree(os.path.join(pve.LXC_DIR, str(vmid)), ignore_errors=True)
+    shutil.rmtree(os.path.join(pvenode.LXC_DIR, str(vmid)), ignore_errors=True)
     if str(vmid).isdigit():  # on whichever node it is
-        node = pve.vmlist().get(int(vmid))
-        if node and os.path.exists(pve.conf_path(int(vmid), node)):
-            os.unlink(pve.conf_path(int(vmid), node))
-            pve.write_vmlist()
+        node = pvecluster.vmlist().get(int(vmid))
+        if node and os.path.exists(pvenode.conf_path(int(vmid), node)):
+            os.unlink(pvenode.conf_path(int(vmid), node))
+            pvecluster.write_vmlist()
 
 
 def cmd_ct_destroy(args: list[str]) -> int:
     if len(args) != 1 or not args[0].isdigit():
         die("usage: labctl ct-destroy VMID")
     vmid = int(args[0])
-    if vmid not in pve.vmlist() and not os.path.isdir(os.path.join(pve.LXC_DIR, str(vmid))):
+    if vmid not in pvecluster.vmlist() and not os.path.isdir(os.path.join(pvenode.LXC_DIR, str(vmid))):
         say(f"CT {vmid} does not exist")
         return 0
     say(f"destroying CT {vmid}")
@@ -924,9 +923,9 @@ def cmd_ct_destroy(args: list[str]) -> int:
 def lab_lxc_names() -> list[str]:
     """The LXC containers that belong to the lab: every PVE config, and LXC dirs named like a VMID or
     inferops-lab-* (left by an interrupted run, or by the template build of older labs)."""
-    names = {str(v) for v in pve.vmlist()}
-    if os.path.isdir(pve.LXC_DIR):
-        names |= {n for n in os.listdir(pve.LXC_DIR) if n.isdigit() or n.startswith("inferops-lab")}
+    names = {str(v) for v in pvecluster.vmlist()}
+    if os.path.isdir(pvenode.LXC_DIR):
+        names |= {n for n in os.listdir(pvenode.LXC_DIR) if n.isdigit() or n.startswith("inferops-lab")}
     return sorted(names)
 
 
@@ -1011,11 +1010,11 @@ def cmd_down(args: list[str]) -> int:
             write_if_changed(KNOWN_HOSTS_SYSTEM, remove_block(old))
     unmount_lxcfs()
     stop_pidfile(f"{RUN}/lxcfs.pid", "lxcfs")
-    if sh(["ip", "link", "show", pve.BRIDGE], check=False).returncode == 0:
-        say(f"removing bridge {pve.BRIDGE}")
-        sh(["ip", "link", "del", pve.BRIDGE], check=False)
-    if os.path.exists(pve.COROSYNC_CONF) and os.path.exists(MARKER):
-        os.unlink(pve.COROSYNC_CONF)
+    if sh(["ip", "link", "show", pvenode.BRIDGE], check=False).returncode == 0:
+        say(f"removing bridge {pvenode.BRIDGE}")
+        sh(["ip", "link", "del", pvenode.BRIDGE], check=False)
+    if os.path.exists(pvenode.COROSYNC_CONF) and os.path.exists(MARKER):
+        os.unlink(pvenode.COROSYNC_CONF)
     if os.path.exists(PCT) and "inferops lab" in open(PCT).read():
         os.unlink(PCT)
     if os.path.exists(VAULT_FILE):
@@ -1023,15 +1022,15 @@ def cmd_down(args: list[str]) -> int:
     if purge:
         say("purging lab state (template, CA, keys, secrets, wheels)")
         shutil.rmtree(LAB, ignore_errors=True)
-        for path in [p for name in template.SUITES.values() for p in (f"{pve.TMPL_DIR}/{name}",
-                                                                      f"{pve.TMPL_DIR}/{name}.tmp")]:
+        for path in [p for name in template.SUITES.values() for p in (f"{pvenode.TMPL_DIR}/{name}",
+                                                                      f"{pvenode.TMPL_DIR}/{name}.tmp")]:
             try:
                 os.unlink(path)
             except FileNotFoundError:  # never made, or another `labctl down` was first
                 pass
-        shutil.rmtree(pve.STORAGES["local-lvm"]["path"], ignore_errors=True)
+        shutil.rmtree(pvenode.STORAGES["local-lvm"]["path"], ignore_errors=True)
         if os.path.exists(MARKER):
-            shutil.rmtree(pve.PVE_ETC, ignore_errors=True)
+            shutil.rmtree(pvenode.PVE_ETC, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
     if "--remove-packages" in args:
         remove_packages()
@@ -1043,30 +1042,30 @@ def cmd_status(args: list[str]) -> int:
     api = pid_alive(f"{RUN}/pve-api.pid")
     sshd = pid_alive(f"{RUN}/sshd.pid")
     lxcfs = sh(["mountpoint", "-q", "/var/lib/lxcfs"], check=False).returncode == 0
-    br = sh(["ip", "-br", "-4", "addr", "show", pve.BRIDGE], check=False).stdout.split()
+    br = sh(["ip", "-br", "-4", "addr", "show", pvenode.BRIDGE], check=False).stdout.split()
     print(f"PVE API  https://127.0.0.1:{API_PORT}  {'running pid ' + str(api) if api else 'stopped'}")
     print(f"sshd     127.0.0.1:{SSH_PORT}         {'running pid ' + str(sshd) if sshd else 'stopped'}")
-    members = [n["name"] for n in pve.cluster_nodes()]
-    print(f"cluster  {pve.CLUSTER_NAME + ': ' + ', '.join(members) if members else 'none (pve1 alone)'}"
-          f"{'  quorate' if members and pve.is_quorate() else '  NOT QUORATE' if members else ''}")
+    members = [n["name"] for n in pvecluster.cluster_nodes()]
+    print(f"cluster  {pvenode.CLUSTER_NAME + ': ' + ', '.join(members) if members else 'none (pve1 alone)'}"
+          f"{'  quorate' if members and pvecluster.is_quorate() else '  NOT QUORATE' if members else ''}")
     for node in members[1:]:
-        napi, nssh = pid_alive(pve.api_pidfile(node)), pid_alive(node_sshd_pidfile(node))
-        ip = pve.NODE_ADDRESSES[node]
+        napi, nssh = pid_alive(pvecluster.api_pidfile(node)), pid_alive(node_sshd_pidfile(node))
+        ip = pvenode.NODE_ADDRESSES[node]
         print(f"{node}: PVE API https://{ip}:{API_PORT} {'running pid ' + str(napi) if napi else 'stopped'}; "
               f"sshd {ip}:{SSH_PORT} {'running pid ' + str(nssh) if nssh else 'stopped'}")
         ok_extra = bool(napi and nssh)
         if not ok_extra:
             api = None
     print(f"lxcfs    {'mounted' if lxcfs else 'not mounted'}")
-    print(f"bridge   {pve.BRIDGE} {' '.join(br[2:]) if br else 'missing'}")
+    print(f"bridge   {pvenode.BRIDGE} {' '.join(br[2:]) if br else 'missing'}")
     print(f"template {'present' if os.path.exists(TEMPLATE) else 'missing'}  {TEMPLATE}")
     print(f"pct      {'installed' if os.path.exists(PCT) else 'missing'}")
     print("containers:")
-    for vmid, node in sorted(pve.vmlist().items()):
-        st = pve.vm_status(vmid, node)
+    for vmid, node in sorted(pvecluster.vmlist().items()):
+        st = ctstate.vm_status(vmid, node)
         print(f"  {vmid:<6} {node:<5} {st['status']:<8} pid={st.get('pid', '-'):<8} mem={st['mem'] // 1048576}/"
               f"{st['maxmem'] // 1048576} MiB  {st['name']}{'  lock=' + st['lock'] if st.get('lock') else ''}")
-    if pve.ct_exists(BYSTANDER):
+    if ctconfig.ct_exists(BYSTANDER):
         b = bystander_info()
         print(f"bystander CT {BYSTANDER}: bystanderd host pid {b['pid'] or 'NOT RUNNING'}, "
               f"heartbeat {b['heartbeat'] or '-'} ({b['age']}s ago)")
@@ -1075,7 +1074,7 @@ def cmd_status(args: list[str]) -> int:
               f"config sha256 {b['conf_sha256'] or '-'}")
     else:
         print(f"bystander CT {BYSTANDER}: missing")
-    info = bystander_info() if pve.ct_exists(BYSTANDER) else {}
+    info = bystander_info() if ctconfig.ct_exists(BYSTANDER) else {}
     ok = bool(api and sshd and lxcfs and info.get("pid") and info.get("gpu_pid"))
     return 0 if ok else 3
 
@@ -1184,7 +1183,7 @@ def cmd_incident(args: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     global verbose
-    pve.set_node("pve1")  # labctl is pve1's (a shell of pve2's sshd names pve2 in its environment)
+    pvenode.set_node("pve1")  # labctl is pve1's (a shell of pve2's sshd names pve2 in its environment)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
         return 0 if argv else 2

@@ -4,7 +4,7 @@ container) loads nothing of labctl's.
 
   labctl pct ...                          the simulated node's pct (/usr/sbin/pct execs it; pve/pct.py)
   labctl api [--node N] [--daemon] ...    the PVE API server of node N (pve/api.py; `labctl up` starts it)
-  labctl task-worker JSON                 one PVE task's worker process (pve/pvelab.py spawn_task)
+  labctl task-worker JSON                 one PVE task's worker process (pve/pvetasks.py spawn_task)
   labctl gpu up|down|status               the GPU simulator (gpu/labgpu.py; `labctl up` runs `gpu up`)
   labctl fault ...                        the GPU simulator's fault injection (gpu/fault.py)
 
@@ -25,8 +25,8 @@ def api(argv: list[str]) -> int:
 
 
 def task_worker(argv: list[str]) -> int:
-    from pve import pvelab
-    return pvelab.main(["worker"] + argv)
+    from pve import pvetasks
+    return pvetasks.main(["worker"] + argv)
 
 
 def gpu(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""In-process checks of the simulated PVE node's rules (no root, no lab: pure functions of pvelab, pct, api).
+"""In-process checks of the simulated PVE node's rules (no root, no lab: pure functions of the pve package: its backend modules, pct, api).
 
 Each rule names its source in docs/lab.md ("Strictness: parameters, privileges, stop").
 """
@@ -10,10 +10,8 @@ import os
 import pytest
 
 
-from pve import api
-from pve import pct
-from pve import pvelab as pve
-from pve.pvelab import PVEError
+from pve import access, api, ctapi, ctconfig, ctoptions, ctstate, nodeapi, pct, pvecluster, pvenode, pvetasks, taskops
+from pve.pvenode import PVEError
 
 SCHEMA_ERROR = "property is not defined in schema and the schema does not allow additional properties"
 ROOT_TOKEN = {"tokens": {"root@pam!lab": {"privsep": 0}}, "acl": [], "roles": {}}
@@ -103,21 +101,21 @@ def test_pct_value_option_needs_a_value():
 
 def test_update_skiplock_is_not_a_parameter():
     with pytest.raises(PVEError) as e:
-        pve.check_update_params({"memory": "512", "skiplock": "1"})
+        ctapi.check_update_params({"memory": "512", "skiplock": "1"})
     assert e.value.code == 400 and e.value.msg == "Parameter verification failed."
     assert e.value.errors == {"skiplock": SCHEMA_ERROR}
 
 
 def test_update_unknown_keys_all_reported():
     with pytest.raises(PVEError) as e:
-        pve.check_update_params({"bogus": "1", "other": "2", "memory": "x"})
+        ctapi.check_update_params({"bogus": "1", "other": "2", "memory": "x"})
     assert e.value.code == 400
     assert e.value.errors["bogus"] == SCHEMA_ERROR and e.value.errors["other"] == SCHEMA_ERROR
     assert e.value.errors["memory"].startswith("type check ('integer') failed")
 
 
 def test_update_error_body_shape():
-    err = pve.param_error({"skiplock": SCHEMA_ERROR})
+    err = pvenode.param_error({"skiplock": SCHEMA_ERROR})
     # api.Handler.reply sends {"data": null, "message": ..., "errors": {...}}
     body = {"data": None, "message": err.msg + "\n", "errors": err.errors}
     assert body == {"data": None, "message": "Parameter verification failed.\n", "errors": {"skiplock": SCHEMA_ERROR}}
@@ -125,7 +123,7 @@ def test_update_error_body_shape():
 
 def test_update_no_options():
     with pytest.raises(PVEError) as e:
-        pve.check_update_params({"node": "pve1", "vmid": "129", "digest": "0" * 40})
+        ctapi.check_update_params({"node": "pve1", "vmid": "129", "digest": "0" * 40})
     assert e.value.code == 500 and e.value.msg == "no options specified"
 
 
@@ -137,12 +135,12 @@ def test_update_no_options():
 ])
 def test_update_delete_and_revert_lists(params, errors):
     with pytest.raises(PVEError) as e:
-        pve.check_update_params(params)
+        ctapi.check_update_params(params)
     assert e.value.code == 400 and e.value.errors == errors
 
 
 def test_update_splits_delete_lists_like_pve():
-    opts, delete, revert, digest = pve.check_update_params({"delete": "tags; description ,onboot", "digest": "d"})
+    opts, delete, revert, digest = ctapi.check_update_params({"delete": "tags; description ,onboot", "digest": "d"})
     assert delete == ["tags", "description", "onboot"] and opts == {} and digest == "d"
 
 
@@ -150,45 +148,45 @@ def test_update_splits_delete_lists_like_pve():
 def test_required_options_cannot_be_deleted(opt):
     conf = {"memory": "512", "rootfs": "local:129/vm-129-disk-0.raw,size=8G", "ostype": "debian"}
     with pytest.raises(PVEError) as e:
-        pve.plan_update(conf, {}, [opt])
+        ctapi.plan_update(conf, {}, [opt])
     assert e.value.code == 500 and e.value.msg == f"unable to delete required option '{opt}'"
 
 
 def test_unprivileged_is_read_only():
     conf = {"memory": "512", "unprivileged": "1"}
     with pytest.raises(PVEError) as e:
-        pve.plan_update(conf, {"unprivileged": "1"}, [])
+        ctapi.plan_update(conf, {"unprivileged": "1"}, [])
     assert e.value.msg == "unable to modify read-only option: 'unprivileged'"
     with pytest.raises(PVEError) as e:
-        pve.plan_update(conf, {}, ["unprivileged"])
+        ctapi.plan_update(conf, {}, ["unprivileged"])
     assert e.value.msg == "unable to delete read-only option: 'unprivileged'"
 
 
 def test_deleting_an_unset_option_only_warns():
-    to_delete, warnings = pve.plan_update({"memory": "512", "tags": "a"}, {"cores": "2"}, ["description", "tags"])
+    to_delete, warnings = ctapi.plan_update({"memory": "512", "tags": "a"}, {"cores": "2"}, ["description", "tags"])
     assert to_delete == ["tags"]
     assert warnings == ["cannot delete 'description' - not set in current configuration!"]
 
 
 def test_features_schema():
-    assert pve.parse_features("nesting=1,keyctl=1,mount=nfs;cifs") == {"nesting": "1", "keyctl": "1", "mount": "nfs;cifs"}
+    assert ctoptions.parse_features("nesting=1,keyctl=1,mount=nfs;cifs") == {"nesting": "1", "keyctl": "1", "mount": "nfs;cifs"}
     with pytest.raises(PVEError) as e:
-        pve.check_update_params({"features": "nesting=1,bogus=1"})
+        ctapi.check_update_params({"features": "nesting=1,bogus=1"})
     assert "features" in e.value.errors
 
 
 # ---- 3. privileges: tokens, features, devN ----------------------------------------------------------------
 
 def test_root_pam_has_every_privilege():
-    assert pve.permissions("root@pam", "/vms/129", ROOT_TOKEN) == set(pve.PRIVILEGES)
+    assert access.permissions("root@pam", "/vms/129", ROOT_TOKEN) == set(access.PRIVILEGES)
 
 
 def test_token_without_privsep_has_its_owners_privileges():
-    assert pve.permissions("root@pam!lab", "/vms/129", ROOT_TOKEN) == set(pve.PRIVILEGES)
+    assert access.permissions("root@pam!lab", "/vms/129", ROOT_TOKEN) == set(access.PRIVILEGES)
 
 
 def test_unknown_token_has_none():
-    assert pve.permissions("root@pam!other", "/vms/129", ROOT_TOKEN) == set()
+    assert access.permissions("root@pam!other", "/vms/129", ROOT_TOKEN) == set()
 
 
 def test_privsep_token_has_at_most_its_acl_privileges():
@@ -198,39 +196,39 @@ def test_privsep_token_has_at_most_its_acl_privileges():
                    {"path": "/vms/130", "ugids": ["root@pam!ro"], "roles": ["NoAccess"], "propagate": 1},
                    {"path": "/vms", "ugids": ["ops@pve"], "roles": ["Power"], "propagate": 1},
                    {"path": "/vms", "ugids": ["ops@pve!t"], "roles": ["Power", "Mem"], "propagate": 1}]}
-    assert pve.permissions("root@pam!ro", "/vms/129", cfg) == {"VM.Audit"}
-    assert pve.permissions("root@pam!ro", "/vms/130", cfg) == set()   # the more specific ACL wins
+    assert access.permissions("root@pam!ro", "/vms/129", cfg) == {"VM.Audit"}
+    assert access.permissions("root@pam!ro", "/vms/130", cfg) == set()   # the more specific ACL wins
     # a privsep token of another user: its ACL privileges intersected with the user's
-    assert pve.permissions("ops@pve!t", "/vms/129", cfg) == {"VM.Audit", "VM.PowerMgmt"}
+    assert access.permissions("ops@pve!t", "/vms/129", cfg) == {"VM.Audit", "VM.PowerMgmt"}
     with pytest.raises(PVEError) as e:
-        pve.check_vm_perm("root@pam!ro", 129, ["VM.PowerMgmt"], cfg)
+        access.check_vm_perm("root@pam!ro", 129, ["VM.PowerMgmt"], cfg)
     assert e.value.code == 403 and e.value.msg == "Permission check failed (/vms/129, VM.PowerMgmt)"
     with pytest.raises(PVEError) as e:
-        pve.check_vm_perm("root@pam!ro", 129, pve.VM_CONFIG_PERM_LIST, cfg, any_=True)
+        access.check_vm_perm("root@pam!ro", 129, access.VM_CONFIG_PERM_LIST, cfg, any_=True)
     assert e.value.msg == ("Permission check failed (/vms/129, VM.Config.Disk|VM.Config.CPU|VM.Config.Memory|"
                            "VM.Config.Network|VM.Config.Options)")
     with pytest.raises(PVEError) as e:  # memory needs VM.Config.Memory
-        pve.check_modify_perm("root@pam!ro", 129, {"memory": "512"}, {"memory": "1024"}, [], "1", cfg)
+        access.check_modify_perm("root@pam!ro", 129, {"memory": "512"}, {"memory": "1024"}, [], "1", cfg)
     assert e.value.msg == "Permission check failed (/vms/129, VM.Config.Memory)"
 
 
 def test_dev_is_root_pam_only_even_for_full_tokens():
     with pytest.raises(PVEError) as e:
-        pve.check_modify_perm("root@pam!lab", 129, {}, {"dev0": "/dev/nvidia0"}, [], "1", ROOT_TOKEN)
+        access.check_modify_perm("root@pam!lab", 129, {}, {"dev0": "/dev/nvidia0"}, [], "1", ROOT_TOKEN)
     assert e.value.code == 403
     assert e.value.msg == "Permission check failed (configuring device passthrough is only allowed for root@pam)"
     with pytest.raises(PVEError):
-        pve.check_modify_perm("root@pam!lab", 129, {"dev0": "/dev/nvidia0"}, {}, ["dev0"], "1", ROOT_TOKEN)
-    pve.check_modify_perm("root@pam", 129, {}, {"dev0": "/dev/nvidia0"}, ["dev1"], "0", ROOT_TOKEN)
+        access.check_modify_perm("root@pam!lab", 129, {"dev0": "/dev/nvidia0"}, {}, ["dev0"], "1", ROOT_TOKEN)
+    access.check_modify_perm("root@pam", 129, {}, {"dev0": "/dev/nvidia0"}, ["dev1"], "0", ROOT_TOKEN)
 
 
 def test_features_of_privileged_ct_root_pam_only():
     with pytest.raises(PVEError) as e:
-        pve.check_modify_perm("root@pam!lab", 129, {}, {"features": "nesting=1"}, [], "0", ROOT_TOKEN)
+        access.check_modify_perm("root@pam!lab", 129, {}, {"features": "nesting=1"}, [], "0", ROOT_TOKEN)
     assert e.value.msg == ("Permission check failed (changing feature flags for privileged container is only "
                            "allowed for root@pam)")
     with pytest.raises(PVEError):
-        pve.check_modify_perm("root@pam!lab", 129, {"features": "nesting=1"}, {}, ["features"], None, ROOT_TOKEN)
+        access.check_modify_perm("root@pam!lab", 129, {"features": "nesting=1"}, {}, ["features"], None, ROOT_TOKEN)
 
 
 @pytest.mark.parametrize("old,new,delete,allowed", [
@@ -247,8 +245,8 @@ def test_features_of_privileged_ct_root_pam_only():
 def test_features_of_unprivileged_ct(old, new, delete, allowed):
     oldconf = {"unprivileged": "1", **({"features": old} if old else {})}
     newconf = {} if delete else {"features": new}
-    call = lambda: pve.check_modify_perm("root@pam!lab", 129, oldconf, newconf,  # noqa: E731
-                                         ["features"] if delete else [], "1", ROOT_TOKEN)
+    call = lambda: access.check_modify_perm("root@pam!lab", 129, oldconf, newconf,  # noqa: E731
+                                            ["features"] if delete else [], "1", ROOT_TOKEN)
     if allowed:
         call()
     else:
@@ -262,24 +260,24 @@ def test_nesting_change_needs_vm_allocate():
     cfg = {"tokens": {"root@pam!cfg": {"privsep": 1}}, "roles": {"Cfg": ["VM.Config.Options"]},
            "acl": [{"path": "/vms", "ugids": ["root@pam!cfg"], "roles": ["Cfg"], "propagate": 1}]}
     with pytest.raises(PVEError) as e:
-        pve.check_modify_perm("root@pam!cfg", 129, {"unprivileged": "1"}, {"features": "nesting=1"}, [], "1", cfg)
+        access.check_modify_perm("root@pam!cfg", 129, {"unprivileged": "1"}, {"features": "nesting=1"}, [], "1", cfg)
     assert e.value.msg == "Permission check failed (/vms/129, VM.Allocate)"
 
 
 def test_bind_mount_points_root_pam_only():
     with pytest.raises(PVEError) as e:
-        pve.check_modify_perm("root@pam!lab", 129, {}, {"mp0": "/srv/models,mp=/models"}, [], "1", ROOT_TOKEN)
+        access.check_modify_perm("root@pam!lab", 129, {}, {"mp0": "/srv/models,mp=/models"}, [], "1", ROOT_TOKEN)
     assert e.value.msg == "Permission check failed (mount point type bind is only allowed for root@pam)"
-    pve.check_modify_perm("root@pam!lab", 129, {}, {"mp0": "local-lvm:8,mp=/models"}, [], "1", ROOT_TOKEN)
+    access.check_modify_perm("root@pam!lab", 129, {}, {"mp0": "local-lvm:8,mp=/models"}, [], "1", ROOT_TOKEN)
 
 
 def test_lock_follows_vm_config_options():
     # check_ct_modify_config_perm has no root@pam rule for `lock`: VM.Config.Options, like any other option
-    pve.check_modify_perm("root@pam!lab", 129, {}, {"lock": "backup"}, [], "1", ROOT_TOKEN)
+    access.check_modify_perm("root@pam!lab", 129, {}, {"lock": "backup"}, [], "1", ROOT_TOKEN)
     cfg = {"tokens": {"root@pam!ro": {"privsep": 1}}, "roles": {"Audit": ["VM.Audit"]},
            "acl": [{"path": "/", "ugids": ["root@pam!ro"], "roles": ["Audit"], "propagate": 1}]}
     with pytest.raises(PVEError) as e:
-        pve.check_modify_perm("root@pam!ro", 129, {}, {"lock": "backup"}, [], "1", cfg)
+        access.check_modify_perm("root@pam!ro", 129, {}, {"lock": "backup"}, [], "1", cfg)
     assert e.value.msg == "Permission check failed (/vms/129, VM.Config.Options)"
 
 
@@ -287,7 +285,7 @@ def test_lock_follows_vm_config_options():
 
 def test_pending_array_shape():
     conf = {"memory": "512", "cores": "2", "digest": "ab" * 20, "lxc": [("lxc.x", "y")], "_rest": []}
-    res = pve.config_with_pending_array(conf, {"memory": "1024", "swap": "0"}, {"cores": 0, "dev0": 1})
+    res = ctapi.config_with_pending_array(conf, {"memory": "1024", "swap": "0"}, {"cores": 0, "dev0": 1})
     by_key = {r["key"]: r for r in res}
     assert by_key["memory"] == {"key": "memory", "value": "512", "pending": "1024"}
     assert by_key["cores"] == {"key": "cores", "value": "2", "delete": 1}
@@ -298,7 +296,7 @@ def test_pending_array_shape():
 
 
 def test_pending_without_pending_changes_is_the_config():
-    res = pve.config_with_pending_array({"memory": "512", "digest": "d"})
+    res = ctapi.config_with_pending_array({"memory": "512", "digest": "d"})
     assert sorted(res, key=lambda r: r["key"]) == [{"key": "digest", "value": "d"}, {"key": "memory", "value": "512"}]
 
 
@@ -306,12 +304,12 @@ def test_pending_without_pending_changes_is_the_config():
 
 def test_stop_failure_is_reported():
     cmd = ["lxc-stop", "-n", "129", "--kill"]
-    log, error = pve.stop_outcome(129, cmd, 1, True)
+    log, error = taskops.stop_outcome(129, cmd, 1, True)
     assert log == ["command 'lxc-stop -n 129 --kill' failed: exit code 1"]
     assert error == "container did not stop"
-    assert pve.stop_outcome(129, cmd, 0, False) == ([], None)
-    assert pve.stop_outcome(129, cmd, 0, True) == ([], "container did not stop")
-    assert pve.stop_outcome(129, cmd, 2, False) == (["command 'lxc-stop -n 129 --kill' failed: exit code 2"], None)
+    assert taskops.stop_outcome(129, cmd, 0, False) == ([], None)
+    assert taskops.stop_outcome(129, cmd, 0, True) == ([], "container did not stop")
+    assert taskops.stop_outcome(129, cmd, 2, False) == (["command 'lxc-stop -n 129 --kill' failed: exit code 2"], None)
 
 
 # ---- API parameter schemas -------------------------------------------------------------------------------
@@ -349,7 +347,7 @@ def test_slice_is_pinned_and_complete():
     assert apischema.SLICE["commit"] == "a8736b6d6169ea9679ee02285ea36fdab42e85c3"  # pve-docs 9.1.3
     assert apischema.SLICE["source"].endswith("pve-docs api-viewer/apidata.js")
     assert len(apischema.METHODS) == 35 and apischema.FORMATS_MISSING == []
-    assert pve.PVE_VERSION["release"] == "9.1"
+    assert pvenode.PVE_VERSION["release"] == "9.1"
     # the 8.4 profile: the same methods, from pve-docs 46601a3
     assert apischema.PROFILES["8.4"]["commit"] == "46601a32456cd5fd98f0433912dbd811984866f2"
     assert set(apischema.PROFILES["8.4"]["methods"]) == set(apischema.METHODS)
@@ -457,11 +455,11 @@ def test_env_is_stored_as_lxc_environment_runtime_lines():
     write_pct_config writes them back; other raw keys stay raw."""
     raw = ("entrypoint: /bin/sh\nhostname: a\nlxc.environment.runtime: A=1\nlxc.environment.runtime: B=x y\n"
            "lxc.cgroup2.devices.allow: c 1:1 rwm\n")
-    conf = pve.parse_conf(raw)
+    conf = ctconfig.parse_conf(raw)
     assert conf["env"] == "A=1\0B=x y" and conf["lxc"] == [("lxc.cgroup2.devices.allow", "c 1:1 rwm")]
-    assert pve.format_conf(conf) == raw
+    assert ctconfig.format_conf(conf) == raw
     conf["env"] = "C=3"
-    assert "lxc.environment.runtime: C=3\n" in pve.format_conf(conf) and "A=1" not in pve.format_conf(conf)
+    assert "lxc.environment.runtime: C=3\n" in ctconfig.format_conf(conf) and "A=1" not in ctconfig.format_conf(conf)
 
 
 def test_env_is_read_restricted_to_vm_config_options(monkeypatch):
@@ -470,11 +468,11 @@ def test_env_is_read_restricted_to_vm_config_options(monkeypatch):
     cfg = {"tokens": {"root@pam!ro": {"privsep": 1}, "root@pam!opt": {"privsep": 1}}, "roles": {"Ro": ["VM.Audit"]},
            "acl": [{"path": "/vms", "ugids": ["root@pam!ro"], "roles": ["Ro"], "propagate": 1},
                    {"path": "/vms", "ugids": ["root@pam!opt"], "roles": ["Administrator"], "propagate": 1}]}
-    monkeypatch.setattr(pve, "load_access", lambda *a, **k: cfg)
+    monkeypatch.setattr(access, "load_access", lambda *a, **k: cfg)
     conf = {"hostname": "a", "env": "A=1"}
-    assert pve.delete_read_restricted(dict(conf), "root@pam!ro", 129) == {"hostname": "a"}
-    assert pve.delete_read_restricted(dict(conf), "root@pam!opt", 129) == conf
-    assert pve.delete_read_restricted(dict(conf), "root@pam", 129) == conf
+    assert ctapi.delete_read_restricted(dict(conf), "root@pam!ro", 129) == {"hostname": "a"}
+    assert ctapi.delete_read_restricted(dict(conf), "root@pam!opt", 129) == conf
+    assert ctapi.delete_read_restricted(dict(conf), "root@pam", 129) == conf
 
 
 def test_privileged_create_needs_sys_modify_on_root(cluster, monkeypatch):
@@ -482,12 +480,12 @@ def test_privileged_create_needs_sys_modify_on_root(cluster, monkeypatch):
     VM.Allocate). A privilege-separated token with VM.Allocate on /vms only is refused for a privileged CT."""
     cfg = {"tokens": {"root@pam!ops": {"privsep": 1}}, "acl": [
         {"path": "/vms", "ugids": ["root@pam!ops"], "roles": ["Administrator"], "propagate": 1}], "roles": {}}
-    monkeypatch.setattr(pve, "load_access", lambda *a, **k: cfg)
+    monkeypatch.setattr(access, "load_access", lambda *a, **k: cfg)
     with pytest.raises(PVEError) as e:
-        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst", "unprivileged": "0"}, "root@pam!ops")
+        ctapi.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst", "unprivileged": "0"}, "root@pam!ops")
     assert e.value.code == 403 and e.value.msg == "Permission check failed (/, Sys.Modify)"
     with pytest.raises(PVEError) as e:  # unprivileged (the default): past the privilege, to the template
-        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam!ops")
+        ctapi.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam!ops")
     assert e.value.msg == "volume 'local:vztmpl/x.tar.zst' does not exist"
 
 
@@ -533,9 +531,9 @@ def test_property_string_booleans_take_parse_boolean():
 def test_update_checks_the_schema_without_the_api():
     # pct set reaches update_config without the API: the same schema
     with pytest.raises(PVEError) as e:
-        pve.check_update_params({"arch": "x86"})
+        ctapi.check_update_params({"arch": "x86"})
     assert e.value.code == 400 and "enumeration" in e.value.errors["arch"]
-    opts, delete, revert, _ = pve.check_update_params({"revert": "memory,swap"})
+    opts, delete, revert, _ = ctapi.check_update_params({"revert": "memory,swap"})
     assert revert == ["memory", "swap"] and not opts and not delete
 
 
@@ -561,32 +559,32 @@ def test_token_and_permission_order():
 ])
 def test_task_status_of_a_bad_upid_is_400(upid, error):
     with pytest.raises(PVEError) as e:
-        pve.task_status(upid)
+        pvetasks.task_status(upid)
     assert e.value.code == 400 and e.value.errors == {"upid": error}
 
 
 def test_task_list_reports_the_exit_text_and_hides_running_tasks(tmp_path, monkeypatch):
-    monkeypatch.setattr(pve, "TASK_DIR", str(tmp_path))
+    monkeypatch.setattr(pvenode, "TASK_DIR", str(tmp_path))
     import json
-    done = pve.make_upid(1, "vzstart", "129", "root@pam", starttime=1000)
-    failed = pve.make_upid(1, "vzstop", "129", "root@pam", starttime=2000)
-    running = pve.make_upid(os.getpid(), "vzcreate", "131", "root@pam", starttime=3000)
+    done = pvetasks.make_upid(1, "vzstart", "129", "root@pam", starttime=1000)
+    failed = pvetasks.make_upid(1, "vzstop", "129", "root@pam", starttime=2000)
+    running = pvetasks.make_upid(os.getpid(), "vzcreate", "131", "root@pam", starttime=3000)
     for upid, status in ((done, "OK"), (failed, "CT is locked (backup)"), (running, None)):
         (tmp_path / (upid.replace(":", "_") + ".log")).write_text("x\n")
         if status:
             (tmp_path / (upid.replace(":", "_") + ".status")).write_text(json.dumps({"exitstatus": status,
                                                                                     "endtime": 5}))
-    res = pve.list_tasks({})
+    res = pvetasks.list_tasks({})
     assert [t["upid"] for t in res] == [failed, done]
     assert res[0]["status"] == "CT is locked (backup)" and res[1]["status"] == "OK" and res[0]["endtime"] == 5
-    assert [t["upid"] for t in pve.list_tasks({"source": "active"})] == [running]
-    assert pve.list_tasks({"source": "active"})[0]["status"] == "RUNNING"
-    assert [t["upid"] for t in pve.list_tasks({"errors": "1"})] == [failed]
-    assert [t["upid"] for t in pve.list_tasks({"statusfilter": "ok"})] == [done]
-    assert [t["upid"] for t in pve.list_tasks({"source": "all", "vmid": "131"})] == [running]
-    assert [t["upid"] for t in pve.list_tasks({"typefilter": "vzstart"})] == [done]
-    assert [t["upid"] for t in pve.list_tasks({"start": "1", "limit": "1"})] == [done]
-    assert pve.list_tasks({"limit": "0"}) == []
+    assert [t["upid"] for t in pvetasks.list_tasks({"source": "active"})] == [running]
+    assert pvetasks.list_tasks({"source": "active"})[0]["status"] == "RUNNING"
+    assert [t["upid"] for t in pvetasks.list_tasks({"errors": "1"})] == [failed]
+    assert [t["upid"] for t in pvetasks.list_tasks({"statusfilter": "ok"})] == [done]
+    assert [t["upid"] for t in pvetasks.list_tasks({"source": "all", "vmid": "131"})] == [running]
+    assert [t["upid"] for t in pvetasks.list_tasks({"typefilter": "vzstart"})] == [done]
+    assert [t["upid"] for t in pvetasks.list_tasks({"start": "1", "limit": "1"})] == [done]
+    assert pvetasks.list_tasks({"limit": "0"}) == []
 
 
 def test_method_permissions_come_from_the_schema_and_precede_it():
@@ -640,20 +638,20 @@ def cluster(tmp_path, monkeypatch):
     for node in ("pve1", "pve2"):
         (etc / "nodes" / node / "lxc").mkdir(parents=True)
     (etc / "corosync.conf").write_text(COROSYNC_TWO)
-    monkeypatch.setattr(pve, "PVE_ETC", str(etc))
-    monkeypatch.setattr(pve, "COROSYNC_CONF", str(etc / "corosync.conf"))
-    monkeypatch.setattr(pve, "VMLIST", str(etc / ".vmlist"))
-    monkeypatch.setattr(pve, "NODE", "pve1")
-    monkeypatch.setattr(pve, "CONF_DIR", str(etc / "nodes" / "pve1" / "lxc"))
+    monkeypatch.setattr(pvenode, "PVE_ETC", str(etc))
+    monkeypatch.setattr(pvenode, "COROSYNC_CONF", str(etc / "corosync.conf"))
+    monkeypatch.setattr(pvenode, "VMLIST", str(etc / ".vmlist"))
+    monkeypatch.setattr(pvenode, "NODE", "pve1")
+    monkeypatch.setattr(pvenode, "CONF_DIR", str(etc / "nodes" / "pve1" / "lxc"))
     online = {"pve2": True}
-    monkeypatch.setattr(pve, "node_online", lambda n: n == pve.NODE or online.get(n, False))
+    monkeypatch.setattr(pvecluster, "node_online", lambda n: n == pvenode.NODE or online.get(n, False))
     return etc, online
 
 
 def test_cluster_members_come_from_corosync_conf(cluster):
-    assert pve.cluster_nodes() == [{"name": "pve1", "nodeid": 1, "ip": "127.0.0.1"},
-                                   {"name": "pve2", "nodeid": 2, "ip": "127.0.0.2"}]
-    st = pve.cluster_status()
+    assert pvecluster.cluster_nodes() == [{"name": "pve1", "nodeid": 1, "ip": "127.0.0.1"},
+                                          {"name": "pve2", "nodeid": 2, "ip": "127.0.0.2"}]
+    st = nodeapi.cluster_status()
     assert st[0] == {"type": "cluster", "id": "cluster", "nodes": 2, "version": 2, "name": "inferops-lab",
                      "quorate": 1}
     members = [(n["name"], n["local"], n["online"], n["ip"]) for n in st[1:]]
@@ -667,43 +665,43 @@ def test_cluster_members_come_from_corosync_conf(cluster):
 def test_one_node_without_corosync_conf_is_no_cluster(cluster):
     etc, _ = cluster
     (etc / "corosync.conf").unlink()
-    assert pve.cluster_nodes() == [] and pve.is_quorate() and pve.node_names() == ["pve1"]
-    assert pve.cluster_status() == [{"type": "node", "id": "node/pve1", "name": "pve1", "ip": "127.0.0.1",
-                                     "local": 1, "nodeid": 0, "online": 1, "level": ""}]
+    assert pvecluster.cluster_nodes() == [] and pvecluster.is_quorate() and nodeapi.node_names() == ["pve1"]
+    assert nodeapi.cluster_status() == [{"type": "node", "id": "node/pve1", "name": "pve1", "ip": "127.0.0.1",
+                                         "local": 1, "nodeid": 0, "online": 1, "level": ""}]
 
 
 def test_the_vmid_list_spans_the_nodes_and_refuses_a_taken_vmid(cluster):
     etc, _ = cluster
     (etc / "nodes" / "pve1" / "lxc" / "130.conf").write_text("hostname: bystander\n")
     (etc / "nodes" / "pve2" / "lxc" / "195.conf").write_text("hostname: CT195\n")
-    assert pve.vmlist() == {130: "pve1", 195: "pve2"}
-    pve.write_vmlist()
+    assert pvecluster.vmlist() == {130: "pve1", 195: "pve2"}
+    pvecluster.write_vmlist()
     assert json.loads((etc / ".vmlist").read_text())["ids"] == {
         "130": {"node": "pve1", "type": "lxc", "version": 1}, "195": {"node": "pve2", "type": "lxc", "version": 1}}
     with pytest.raises(PVEError) as e:
-        pve.check_vmid_unused(195)
+        pvecluster.check_vmid_unused(195)
     assert e.value.code == 500 and e.value.msg == "CT 195 already exists on node 'pve2'"
-    pve.check_vmid_unused(196)
+    pvecluster.check_vmid_unused(196)
     # pve1's own listing stays its own; pve2's CT is not pve1's
-    assert pve.list_cts() == [130] and pve.list_cts("pve2") == [195]
+    assert ctstate.list_cts() == [130] and ctstate.list_cts("pve2") == [195]
     with pytest.raises(PVEError) as e:
-        pve.load_config(195)
+        ctconfig.load_config(195)
     assert e.value.msg == "Configuration file 'nodes/pve1/lxc/195.conf' does not exist"
 
 
 def test_quorum_needs_more_than_half_of_the_members(cluster):
     _, online = cluster
-    assert pve.is_quorate()
+    assert pvecluster.is_quorate()
     online["pve2"] = False
-    assert not pve.is_quorate()
+    assert not pvecluster.is_quorate()
     with pytest.raises(PVEError) as e:
-        pve.check_cfs_quorum()
+        pvecluster.check_cfs_quorum()
     assert e.value.msg == "cluster not ready - no quorum?"
     with pytest.raises(PVEError) as e:
-        pve.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam")
+        ctapi.create_ct(150, {"ostemplate": "local:vztmpl/x.tar.zst"}, "root@pam")
     assert e.value.msg == "cluster not ready - no quorum?"
-    assert pve.cluster_status()[0]["quorate"] == 0
-    node2 = pve.node_entry("pve2")
+    assert nodeapi.cluster_status()[0]["quorate"] == 0
+    node2 = nodeapi.node_entry("pve2")
     assert node2["status"] == "offline" and "mem" not in node2 and "maxmem" in node2
 
 

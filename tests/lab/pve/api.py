@@ -19,23 +19,22 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from pve import apischema
-from pve import pvelab as pve
-from pve.pvelab import PVEError
+from pve import access, apischema, ctapi, ctconfig, ctstate, nodeapi, pvecluster, pvenode, pvetasks
+from pve.pvenode import PVEError
 
-LAB = pve.LAB
+LAB = pvenode.LAB
 PKI = f"{LAB}/pki"
 SECRETS = f"{LAB}/secrets"
 AUTHKEY = f"{SECRETS}/authkey"
-TOKEN_CFG = f"{pve.PVE_ETC}/priv/token.cfg"
-PIDFILE = pve.api_pidfile(pve.NODE)  # main() sets these for --node
+TOKEN_CFG = f"{pvenode.PVE_ETC}/priv/token.cfg"
+PIDFILE = pvecluster.api_pidfile(pvenode.NODE)  # main() sets these for --node
 LOGFILE = f"{LAB}/log/pve-api.log"
 API_PORT = 8006
 TICKET_LIFETIME = 7200  # PVE: tickets are valid for 2 hours
 # Every request the lab's own schema (9.1) took, with what each other release's schema says of it
 # (apischema.PROFILES): one JSON line each, read by the client tests (docs/lab.md "PVE's schema"). Only the
 # daemon writes it (main() sets it), not an in-process import.
-PROFILE_LOG_FILE = f"{pve.RUN}/api-profiles.jsonl"
+PROFILE_LOG_FILE = f"{pvenode.RUN}/api-profiles.jsonl"
 PROFILE_LOG: str | None = None
 
 
@@ -44,7 +43,7 @@ def record_profiles(info: "apischema.Method", params: dict, user: str | None) ->
     never their values: passwords and tickets pass here). A failure to write never fails the request."""
     if PROFILE_LOG is None:
         return
-    entry = {"t": time.time(), "node": pve.NODE, "user": user, "method": info.key, "params": sorted(params),
+    entry = {"t": time.time(), "node": pvenode.NODE, "user": user, "method": info.key, "params": sorted(params),
              "profiles": {name: apischema.profile_errors(name, info.key, params) for name in apischema.PROFILES}}
     try:
         fd = os.open(PROFILE_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -113,7 +112,7 @@ NOT_SIMULATED = {
     "GET /nodes/{node}/lxc/{vmid}/config": ("snapshot",),
     "POST /nodes/{node}/lxc/{vmid}/status/start": ("debug",),
     "POST /nodes/{node}/lxc/{vmid}/status/stop": ("overrule-shutdown",),
-    "GET /nodes/{node}/storage": ("format",),  # `target`: pvelab.node_storage_list (this node = no target)
+    "GET /nodes/{node}/storage": ("format",),  # `target`: nodeapi.node_storage_list (this node = no target)
     "GET /nodes/{node}/tasks/{upid}/log": ("download",),
     "GET /nodes/{node}/qemu": ("full",),
 }
@@ -142,7 +141,7 @@ def check_api2_permissions(info: "apischema.Method", user: str, uri: dict, cfg: 
     if check[0] != "perm" or len(check) not in (3, 5):
         raise NotImplementedError(f"lab: permission check {check} of {info.key}")
     path = re.sub(r"\{([a-z\-]+)\}", lambda m: str(uri.get(m.group(1), "")), check[1])
-    pve.check_perm(user, path, check[2], cfg, any_=len(check) == 5 and check[3] == "any" and bool(check[4]))
+    access.check_perm(user, path, check[2], cfg, any_=len(check) == 5 and check[3] == "any" and bool(check[4]))
 
 
 class ProxyTo(Exception):
@@ -165,7 +164,7 @@ def cert_paths(node: str) -> tuple[str, str]:
 def remote_node_ip(node: str) -> str:
     """pve-cluster PVE::Cluster::remote_node_ip: the member's address from the nodelist; a name that is no
     member falls back to a hostname lookup, which fails for the lab's names."""
-    for n in pve.cluster_nodes():
+    for n in pvecluster.cluster_nodes():
         if n["name"] == node and n["ip"]:
             return n["ip"]
     raise PVEError(f"hostname lookup '{node}' failed - failed to get address info for: {node}: "
@@ -184,7 +183,7 @@ def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | N
         raise PVEError(f"Method '{method} {rel}' not implemented", 501)
     for k, v in params.items():
         if k in uri and apischema.plain(v) != uri[k]:
-            raise pve.param_error({k: "duplicate parameter (already defined in URI) with conflicting values!"})
+            raise pvenode.param_error({k: "duplicate parameter (already defined in URI) with conflicting values!"})
     params = dict(params, **uri)
     if user and "!" in user and not info.info.get("allowtoken"):
         raise PVEError(f"URI '{rel}' not available with API token, need proper ticket.", 403)
@@ -193,12 +192,12 @@ def prepare(method: str, rel: str, params: dict, user: str | None, cfg: dict | N
     if user:
         check_api2_permissions(info, user, uri, cfg)
     target = uri.get(info.info.get("proxyto") or "")
-    if target and target not in ("localhost", pve.NODE):
+    if target and target not in ("localhost", pvenode.NODE):
         raise ProxyTo(target)
     try:
         apischema.validate(info, params)
     except apischema.SchemaError as e:
-        raise pve.param_error(e.errors) from None
+        raise pvenode.param_error(e.errors) from None
     record_profiles(info, params, user)
     refuse_not_simulated(info, params)
     return info, {k: apischema.plain(v) for k, v in params.items()}
@@ -389,57 +388,57 @@ class Handler(BaseHTTPRequestHandler):
         """The handler of a method of the schema slice (dispatch has checked the parameters)."""
         parts = rel.strip("/").split("/")
         if rel == "/version":
-            return dict(pve.PVE_VERSION)
+            return dict(pvenode.PVE_VERSION)
         if rel == "/nodes":  # pve-manager PVE/API2/Nodes.pm index: extract_node_stats + ssl_fingerprint per member
-            return [dict(pve.node_entry(n), ssl_fingerprint=cert_fingerprint(cert_paths(n)[0]))
-                    for n in pve.node_names()]
+            return [dict(nodeapi.node_entry(n), ssl_fingerprint=cert_fingerprint(cert_paths(n)[0]))
+                    for n in nodeapi.node_names()]
         if rel == "/cluster/resources":
-            return pve.cluster_resources(p.get("type"))
+            return nodeapi.cluster_resources(p.get("type"))
         if rel == "/cluster/status":
-            return pve.cluster_status()
+            return nodeapi.cluster_status()
         if rel == "/cluster/nextid":
-            used = set(pve.vmlist())
+            used = set(pvecluster.vmlist())
             if p.get("vmid"):
                 if int(p["vmid"]) in used:
                     raise PVEError(f"VM {p['vmid']} already exists", 400)
                 return p["vmid"]
             return str(next(i for i in range(100, 1000000) if i not in used))
         if rel == "/storage":
-            return [pve.storage_config(k) for k in pve.STORAGES
-                    if not p.get("type") or p["type"] == pve.STORAGES[k]["type"]]
+            return [nodeapi.storage_config(k) for k in pvenode.STORAGES
+                    if not p.get("type") or p["type"] == pvenode.STORAGES[k]["type"]]
         if parts[0] == "storage":
-            return pve.storage_config(parts[1])
+            return nodeapi.storage_config(parts[1])
         node = parts[1]
-        if node != pve.NODE and node not in pve.node_names():
+        if node != pvenode.NODE and node not in nodeapi.node_names():
             raise PVEError(f"hostname lookup '{node}' failed - failed to get address info for: {node}: "
                            "Name or service not known", 500)
         sub = parts[2:]
         if sub == ["status"]:
-            return pve.node_status()
+            return nodeapi.node_status()
         if sub == ["version"]:
-            return dict(pve.PVE_VERSION)
+            return dict(pvenode.PVE_VERSION)
         if sub == ["network"]:
-            return pve.node_network(p.get("type"))
+            return nodeapi.node_network(p.get("type"))
         if sub == ["storage"]:
-            return pve.node_storage_list(p)
+            return nodeapi.node_storage_list(p)
         if len(sub) == 3 and sub[0] == "storage" and sub[2] == "content":
-            return pve.storage_content(sub[1], p.get("content"), p.get("vmid"))
+            return nodeapi.storage_content(sub[1], p.get("content"), p.get("vmid"))
         if sub == ["qemu"]:
             return []  # the lab node runs no VMs (GET /nodes/{node}/qemu lists them; docs/lab.md)
         if sub[0] == "tasks":
             if len(sub) == 1:
-                return pve.list_tasks(p)
+                return pvetasks.list_tasks(p)
             upid = p["upid"]
             if len(sub) == 2 and method == "GET":
-                pve.task_file_checked(upid)
+                pvetasks.task_file_checked(upid)
                 return [{"name": "log"}, {"name": "status"}]
             if len(sub) == 3 and sub[2] == "status":
-                return pve.task_status(upid)
+                return pvetasks.task_status(upid)
             if len(sub) == 3 and sub[2] == "log":
-                return pve.task_log(upid, int(p.get("start", 0)), int(p.get("limit", 50)))
+                return pvetasks.task_log(upid, int(p.get("start", 0)), int(p.get("limit", 50)))
             if len(sub) == 2 and method == "DELETE":
-                info = pve.task_file_checked(upid)
-                if pve.proc_starttime(info["pid"]) == info["pstart"]:
+                info = pvetasks.task_file_checked(upid)
+                if pvetasks.proc_starttime(info["pid"]) == info["pstart"]:
                     os.kill(info["pid"], 15)
                 return None
         if sub[0] == "lxc":
@@ -449,76 +448,76 @@ class Handler(BaseHTTPRequestHandler):
     def route_lxc(self, method: str, sub: list, p: dict, user: str):
         if not sub:
             if method == "GET":
-                return [self.short_status(v) for v in pve.list_cts()]
-            ttype, tid, func, args = pve.create_ct(p.pop("vmid", None), p, user)
-            return pve.spawn_task(ttype, tid, user, func, args)
+                return [self.short_status(v) for v in ctstate.list_cts()]
+            ttype, tid, func, args = ctapi.create_ct(p.pop("vmid", None), p, user)
+            return pvetasks.spawn_task(ttype, tid, user, func, args)
         vmid = int(sub[0])
         rest = sub[1:]
         if not rest and method == "DELETE":
-            pve.check_vm_perm(user, vmid, ["VM.Allocate"])
-            pve.load_config(vmid)
+            access.check_vm_perm(user, vmid, ["VM.Allocate"])
+            ctconfig.load_config(vmid)
             purge = p.get("purge") == "1"
             force = p.get("force") == "1"
-            return pve.spawn_task("vzdestroy", vmid, user, "destroy", [vmid, purge, force])
+            return pvetasks.spawn_task("vzdestroy", vmid, user, "destroy", [vmid, purge, force])
         if not rest:
-            pve.load_config(vmid)
+            ctconfig.load_config(vmid)
             return [{"subdir": s} for s in ("config", "pending", "status", "vncproxy", "termproxy", "vncwebsocket",
                                             "spiceproxy", "migrate", "clone", "rrd", "rrddata", "firewall",
                                             "snapshot", "resize", "interfaces", "mtunnel", "mtunnelwebsocket",
                                             "remote_migrate")]
         if rest == ["config"]:
             if method == "GET":  # current=1 is the same without a pending section
-                pve.check_vm_perm(user, vmid, ["VM.Audit"])
-                return pve.get_config(vmid, user)
-            pve.update_config(vmid, p, user)
+                access.check_vm_perm(user, vmid, ["VM.Audit"])
+                return ctapi.get_config(vmid, user)
+            ctapi.update_config(vmid, p, user)
             return None
         if rest == ["pending"]:
-            pve.check_vm_perm(user, vmid, ["VM.Audit"])
-            return pve.get_pending(vmid, user)
+            access.check_vm_perm(user, vmid, ["VM.Audit"])
+            return ctapi.get_pending(vmid, user)
         if rest == ["snapshot"]:
-            pve.check_vm_perm(user, vmid, ["VM.Audit"])
-            return pve.snapshot_list(vmid)
+            access.check_vm_perm(user, vmid, ["VM.Audit"])
+            return nodeapi.snapshot_list(vmid)
         if rest == ["interfaces"]:
-            pve.check_vm_perm(user, vmid, ["VM.Audit"])
-            return pve.ct_interfaces(vmid)
+            access.check_vm_perm(user, vmid, ["VM.Audit"])
+            return nodeapi.ct_interfaces(vmid)
         if rest == ["status"]:
-            pve.load_config(vmid)
+            ctconfig.load_config(vmid)
             return [{"subdir": s} for s in ("current", "start", "stop", "shutdown", "reboot", "suspend", "resume")]
         if rest == ["status", "current"]:
-            pve.check_vm_perm(user, vmid, ["VM.Audit"])
-            return pve.vm_status(vmid)
+            access.check_vm_perm(user, vmid, ["VM.Audit"])
+            return ctstate.vm_status(vmid)
         return self.status_action(rest[1], vmid, p, user)
 
     @staticmethod
     def status_action(action: str, vmid: int, p: dict, user: str) -> str:
         """POST status/{start,stop,shutdown,reboot} (pve-container API2/LXC/Status.pm): VM.PowerMgmt,
         skiplock for root@pam only (400), the running state checked before the task is forked."""
-        pve.check_vm_perm(user, vmid, ["VM.PowerMgmt"])
+        access.check_vm_perm(user, vmid, ["VM.PowerMgmt"])
         skiplock = p.get("skiplock") == "1"
         if skiplock and user != "root@pam":
-            raise pve.param_error({"skiplock": "Only root may use this option."})
-        pve.load_config(vmid)
-        running = pve.is_running(vmid)
+            raise pvenode.param_error({"skiplock": "Only root may use this option."})
+        ctconfig.load_config(vmid)
+        running = ctstate.is_running(vmid)
         if action == "start":
             if running:
                 raise PVEError(f"CT {vmid} already running")
-            pve.check_cfs_quorum()  # vm_start
-            return pve.spawn_task("vzstart", vmid, user, "start", [vmid, skiplock])
+            pvecluster.check_cfs_quorum()  # vm_start
+            return pvetasks.spawn_task("vzstart", vmid, user, "start", [vmid, skiplock])
         if not running:
             raise PVEError(f"CT {vmid} not running")
         if action == "stop":
-            return pve.spawn_task("vzstop", vmid, user, "stop", [vmid, skiplock])
+            return pvetasks.spawn_task("vzstop", vmid, user, "stop", [vmid, skiplock])
         if action == "shutdown":
             force = p.get("forceStop") == "1"
-            return pve.spawn_task("vzshutdown", vmid, user, "shutdown", [vmid, int(p.get("timeout") or 60), force])
-        return pve.spawn_task("vzreboot", vmid, user, "reboot", [vmid, p.get("timeout")])
+            return pvetasks.spawn_task("vzshutdown", vmid, user, "shutdown", [vmid, int(p.get("timeout") or 60), force])
+        return pvetasks.spawn_task("vzreboot", vmid, user, "reboot", [vmid, p.get("timeout")])
 
     @staticmethod
     def short_status(vmid: int) -> dict:
-        st = pve.vm_status(vmid)
+        st = ctstate.vm_status(vmid)
         return {k: st[k] for k in ("vmid", "name", "status", "type", "maxmem", "maxswap", "mem", "cpus", "uptime",
                                    "pid", "lock", "tags", "maxdisk", "disk", "cpu", "netin", "netout", "diskread",
-                                   "diskwrite", "template") + tuple(f"pressure{t}{k}" for t, k in pve.PRESSURE_KEYS)
+                                   "diskwrite", "template") + tuple(f"pressure{t}{k}" for t, k in ctstate.PRESSURE_KEYS)
                 if k in st}
 
 
@@ -536,8 +535,8 @@ def serve(host: str, port: int) -> None:
     httpd = ThreadingHTTPServer((host, port), Handler)
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(*cert_paths(pve.NODE))
-    httpd.fingerprint = cert_fingerprint(cert_paths(pve.NODE)[0])
+    ctx.load_cert_chain(*cert_paths(pvenode.NODE))
+    httpd.fingerprint = cert_fingerprint(cert_paths(pvenode.NODE)[0])
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     httpd.serve_forever()
 
@@ -547,23 +546,23 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     global PIDFILE, LOGFILE, PROFILE_LOG
     ap = argparse.ArgumentParser(prog="labctl api")
-    ap.add_argument("--node", default="pve1", choices=sorted(pve.NODE_ADDRESSES))
+    ap.add_argument("--node", default="pve1", choices=sorted(pvenode.NODE_ADDRESSES))
     ap.add_argument("--host", default=None, help="default: the node's address")
     ap.add_argument("--port", type=int, default=API_PORT)
     ap.add_argument("--daemon", action="store_true")
     args = ap.parse_args(argv)
     os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
-    pve.set_node(args.node)
-    PIDFILE = pve.api_pidfile(args.node)
+    pvenode.set_node(args.node)
+    PIDFILE = pvecluster.api_pidfile(args.node)
     if args.node != "pve1":
         LOGFILE = f"{LAB}/log/pve-api-{args.node}.log"
-    args.host = args.host or pve.NODE_ADDRESSES[args.node]
+    args.host = args.host or pvenode.NODE_ADDRESSES[args.node]
     if args.node != "pve1":  # another node's daemon and task workers live in its mount namespace (its GPUs)
         from pve import nodens
         nodens.enter(args.node)
     if args.daemon:
         os.makedirs(os.path.dirname(LOGFILE), exist_ok=True)
-        os.makedirs(pve.RUN, exist_ok=True)
+        os.makedirs(pvenode.RUN, exist_ok=True)
         if os.fork():
             return 0
         os.setsid()

@@ -2,7 +2,7 @@
 """Regenerates a schema slice: the methods of PVE's API schema that the lab serves, cut from pve-docs'
 api-viewer/apidata.js (the schema pve-docs dumps from a PVE build; JSON once `const apiSchema =` is stripped).
 
-The lab's own profile, apidata-slice.json (the release the lab reports, pvelab.PVE_VERSION, 9.1):
+The lab's own profile, apidata-slice.json (the release the lab reports, pvenode.PVE_VERSION, 9.1):
 
     git -C pve-docs show a8736b6d6169ea9679ee02285ea36fdab42e85c3:api-viewer/apidata.js > /tmp/apidata.js
     python3 tests/lab/pve/make_apislice.py /tmp/apidata.js a8736b6d6169ea9679ee02285ea36fdab42e85c3

@@ -9,9 +9,8 @@ import os
 import re
 import sys
 
-from pve import apischema
-from pve import pvelab as pve
-from pve.pvelab import PVEError
+from pve import apischema, ctapi, ctconfig, ctoptions, ctstate, pvenode, pvetasks, taskops
+from pve.pvenode import PVEError
 
 USER = "root@pam"
 CMDS = ("exec", "enter", "start", "stop", "shutdown", "reboot", "status", "config", "set", "unlock", "list",
@@ -30,7 +29,7 @@ def die(msg: str, code: int = 255) -> "None":
 # "bool": Getopt `:s` (value optional); "value": `=s`; "list": `=s@` (repeatable, joined with commas);
 # NOT_SIMULATED: PVE has the option but the lab does not simulate it, so it is refused, never ignored.
 NOT_SIMULATED = "not simulated"
-_CONFIG = "config"  # every config option of pct.conf(5) the lab knows (pvelab.option_checker)
+_CONFIG = "config"  # every config option of pct.conf(5) the lab knows (ctoptions.option_checker)
 CREATE_EXTRA = {"password": "value", "ssh-public-keys": "value", "start": "bool", "storage": "value",
                 "force": NOT_SIMULATED, "restore": NOT_SIMULATED, "unique": NOT_SIMULATED,
                 "pool": NOT_SIMULATED, "ignore-unpack-errors": NOT_SIMULATED, "bwlimit": NOT_SIMULATED,
@@ -78,7 +77,7 @@ class OptionError(Exception):
 def option_kind(schema: dict, name: str):
     if name in schema:
         return schema[name]
-    if _CONFIG in schema and name not in ("lxc",) and pve.option_checker(name) is not None:
+    if _CONFIG in schema and name not in ("lxc",) and ctoptions.option_checker(name) is not None:
         return schema[_CONFIG]
     return None
 
@@ -161,8 +160,8 @@ def need_vmid(pos: list[str], cmd: str) -> int:
 
 
 def run_fg(ttype: str, vmid: int, func, *args) -> int:
-    task = pve.Task(ttype, vmid, USER, echo=True)
-    return 0 if pve.run_task(task, func, *args) else 255
+    task = pvetasks.Task(ttype, vmid, USER, echo=True)
+    return 0 if pvetasks.run_task(task, func, *args) else 255
 
 
 def bool_opt(opts: dict, key: str) -> bool:
@@ -178,8 +177,8 @@ def cmd_exec(argv: list[str]) -> int:
         head, command = argv[:1], argv[1:]
     pos, opts = parse_args(head, SCHEMAS["exec"])
     vmid = need_vmid(pos, "exec")
-    pve.load_config(vmid)
-    if not pve.is_running(vmid):
+    ctconfig.load_config(vmid)
+    if not ctstate.is_running(vmid):
         die(f"container '{vmid}' not running!")
     if not command:
         die("missing command")
@@ -187,7 +186,7 @@ def cmd_exec(argv: list[str]) -> int:
     env = dict(os.environ)
     env.pop("SSL_CERT_FILE", None)
     env.pop("SSL_CERT_DIR", None)
-    env["PATH"] = pve.CLI_PATH  # pve-common run_cli_handler; keep-env carries it into the CT
+    env["PATH"] = pvenode.CLI_PATH  # pve-common run_cli_handler; keep-env carries it into the CT
     lxc = ["lxc-attach", "-n", str(vmid), "--keep-env" if keep else "--clear-env", "--"]
     os.execvpe("lxc-attach", lxc + command, env)
     return 1
@@ -195,7 +194,7 @@ def cmd_exec(argv: list[str]) -> int:
 
 def cmd_status(pos, opts) -> int:
     vmid = need_vmid(pos, "status")
-    st = pve.vm_status(vmid)
+    st = ctstate.vm_status(vmid)
     if bool_opt(opts, "verbose"):
         for k in sorted(st):
             v = st[k]
@@ -209,11 +208,11 @@ def cmd_status(pos, opts) -> int:
 
 def cmd_config(pos, opts) -> int:
     vmid = need_vmid(pos, "config")
-    conf = pve.load_config(vmid)
+    conf = ctconfig.load_config(vmid)
     conf.pop("digest", None)
     conf.pop("_rest", None)
     env = conf.pop("env", None)
-    text = pve.format_conf(conf)
+    text = ctconfig.format_conf(conf)
     if env is not None:
         # pct.pm `config` prints vm_config's keys sorted as "key: value", so PVE 9's env is one line with its
         # NUL separators (the file holds lxc.environment.runtime lines instead)
@@ -227,7 +226,7 @@ def cmd_config(pos, opts) -> int:
 
 
 def cmd_list(pos, opts) -> int:
-    rows = [pve.vm_status(v) for v in pve.list_cts()]
+    rows = [ctstate.vm_status(v) for v in ctstate.list_cts()]
     if rows:
         print("%-10s %-10s %-12s %-20s" % ("VMID", "Status", "Lock", "Name"))
     for r in rows:
@@ -250,7 +249,7 @@ def check_positional(cmd: str, pos: list[str]) -> None:
 def cmd_pending(pos, opts) -> int:
     """PVE::GuestHelpers::format_pending over the /pending array."""
     vmid = need_vmid(pos, "pending")
-    for item in sorted(pve.get_pending(vmid), key=lambda i: i["key"]):
+    for item in sorted(ctapi.get_pending(vmid), key=lambda i: i["key"]):
         k, v, pnd = item["key"], item.get("value"), item.get("pending")
         if k == "digest":
             continue
@@ -267,7 +266,7 @@ def cmd_pending(pos, opts) -> int:
 
 
 def main(argv: list[str]) -> int:
-    os.environ["PATH"] = pve.CLI_PATH
+    os.environ["PATH"] = pvenode.CLI_PATH
     if not argv or argv[0] in ("help", "-h", "--help"):
         print("USAGE: pct <COMMAND> [ARGS] [OPTIONS]\n  commands: " + " ".join(CMDS))
         return 0 if argv else 255
@@ -277,9 +276,9 @@ def main(argv: list[str]) -> int:
         die(f"ERROR: unknown command 'pct {cmd}'\nUSAGE: pct <COMMAND> [ARGS] [OPTIONS]")
     if os.geteuid() != 0:
         die("only root can run pct")
-    if pve.NODE != "pve1":  # pve2's pct acts in pve2's mount namespace (its /dev/nvidia*), as its sessions do
+    if pvenode.NODE != "pve1":  # pve2's pct acts in pve2's mount namespace (its /dev/nvidia*), as its sessions do
         from pve import nodens
-        nodens.enter(pve.NODE)
+        nodens.enter(pvenode.NODE)
     try:
         if cmd == "exec":
             return cmd_exec(rest)
@@ -289,8 +288,8 @@ def main(argv: list[str]) -> int:
             return cmd_list(pos, opts)
         vmid = need_vmid(pos, cmd)
         if cmd == "enter":
-            pve.load_config(vmid)
-            if not pve.is_running(vmid):
+            ctconfig.load_config(vmid)
+            if not ctstate.is_running(vmid):
                 die(f"container '{vmid}' not running!")
             keep = str(opts.get("keep-env", "1")) not in ("0", "false")
             os.execvp("lxc-attach", ["lxc-attach", "-n", str(vmid), "--keep-env" if keep else "--clear-env"])
@@ -301,39 +300,39 @@ def main(argv: list[str]) -> int:
         if cmd == "pending":
             return cmd_pending(pos, opts)
         if cmd == "unlock":
-            pve.unlock(vmid)
+            ctapi.unlock(vmid)
             return 0
         if cmd == "set":
-            for warning in pve.update_config(vmid, opts, USER):
+            for warning in ctapi.update_config(vmid, opts, USER):
                 sys.stderr.write(warning + "\n")
             return 0
         if cmd == "create":
             if len(pos) < 2:
                 usage_error(cmd, "not enough arguments")
             opts["ostemplate"] = pos[1]
-            ttype, tid, func, args = pve.create_ct(vmid, opts, USER)
-            return run_fg(ttype, tid, pve.TASK_FUNCS[func], *args)
-        pve.load_config(vmid)
+            ttype, tid, func, args = ctapi.create_ct(vmid, opts, USER)
+            return run_fg(ttype, tid, taskops.TASK_FUNCS[func], *args)
+        ctconfig.load_config(vmid)
         if cmd == "start":
-            if pve.is_running(vmid):
+            if ctstate.is_running(vmid):
                 die(f"CT {vmid} already running")
-            return run_fg("vzstart", vmid, pve.do_start, vmid, bool_opt(opts, "skiplock"))
-        if cmd in ("stop", "shutdown", "reboot") and not pve.is_running(vmid):
+            return run_fg("vzstart", vmid, taskops.do_start, vmid, bool_opt(opts, "skiplock"))
+        if cmd in ("stop", "shutdown", "reboot") and not ctstate.is_running(vmid):
             die(f"CT {vmid} not running")  # vm_stop/vm_shutdown/vm_reboot check before forking the task
         if cmd == "stop":
-            return run_fg("vzstop", vmid, pve.do_stop, vmid, bool_opt(opts, "skiplock"))
+            return run_fg("vzstop", vmid, taskops.do_stop, vmid, bool_opt(opts, "skiplock"))
         if cmd == "shutdown":
             timeout = opts.get("timeout", "60")
             if not re.fullmatch(r"\d+", str(timeout)):
                 die(f"400 Parameter verification failed.\ntimeout: type check ('integer') failed - got '{timeout}'")
-            return run_fg("vzshutdown", vmid, pve.do_shutdown, vmid, int(timeout), bool_opt(opts, "forceStop"))
+            return run_fg("vzshutdown", vmid, taskops.do_shutdown, vmid, int(timeout), bool_opt(opts, "forceStop"))
         if cmd == "reboot":
             timeout = opts.get("timeout")
             if timeout is not None and not re.fullmatch(r"\d+", str(timeout)):
                 die(f"400 Parameter verification failed.\ntimeout: type check ('integer') failed - got '{timeout}'")
-            return run_fg("vzreboot", vmid, pve.do_reboot, vmid, timeout)
+            return run_fg("vzreboot", vmid, taskops.do_reboot, vmid, timeout)
         if cmd == "destroy":
-            return run_fg("vzdestroy", vmid, pve.do_destroy, vmid, bool_opt(opts, "purge"),
+            return run_fg("vzdestroy", vmid, taskops.do_destroy, vmid, bool_opt(opts, "purge"),
                           bool_opt(opts, "force"))
     except OptionError as e:
         usage_error(cmd, e.msg, e.warnings)
