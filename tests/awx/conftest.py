@@ -1,9 +1,10 @@
-"""Shared helpers of the AWX tests: the repository root, YAML loading, and the collection made importable."""
+"""Shared helpers of the AWX tests: the repository root, YAML loading, and the collection's link (pytest.ini puts
+.collections and the harness, runner/, on the path)."""
 
 from __future__ import annotations
 
+import importlib
 import os
-import sys
 
 import yaml
 
@@ -15,8 +16,7 @@ LINK = os.path.join(COLLECTIONS, "ansible_collections", "inferops", "gpu_inferen
 if not os.path.exists(LINK):
     os.makedirs(os.path.dirname(LINK), exist_ok=True)
     os.symlink("../../..", LINK)
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
+    importlib.invalidate_caches()  # .collections did not exist when pytest put it on the path
 
 
 def load(path: str):

@@ -9,16 +9,14 @@ import os
 import shlex
 import stat
 import subprocess
-import sys
 
 import pytest
 import yaml
 
 from conftest import ROOT, load
 
-sys.path.insert(0, os.path.join(ROOT, "tests", "awx", "runner"))
-import awx_job  # noqa: E402
-import awx_workflow  # noqa: E402
+import awx_job  # tests/awx/runner (pytest.ini)
+import awx_workflow
 
 RECOVER = load("awx/surveys/recover.yml")
 DEPLOY = load("awx/surveys/deploy.yml")

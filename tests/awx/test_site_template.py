@@ -17,8 +17,7 @@ import yaml
 
 from conftest import ROOT, awx_config
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner"))
-import awx_job  # noqa: E402
+import awx_job  # tests/awx/runner (pytest.ini)
 
 SITE = os.path.join(ROOT, "awx", "site-template")
 BIN = os.path.dirname(sys.executable)

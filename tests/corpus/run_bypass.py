@@ -30,8 +30,7 @@ import urllib.request
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import labstate  # noqa: E402
+import labstate  # beside this script, on sys.path as its directory
 
 ROLES = ("pve_gpu_container", "sglang_server")
 

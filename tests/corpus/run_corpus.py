@@ -26,8 +26,7 @@ import time
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import labstate  # noqa: E402
+import labstate  # beside this script, on sys.path as its directory
 
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
 

@@ -22,8 +22,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import labstate  # noqa: E402
+import labstate  # beside this script, on sys.path as its directory
 
 LABCTL = os.path.join(labstate.ROOT, "tests", "lab", "labctl")
 

@@ -24,8 +24,7 @@ import sys
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import awx_job  # noqa: E402
+import awx_job  # beside this script, on sys.path as its directory
 
 
 def parse_answers(items):

@@ -27,9 +27,8 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import awx_job  # noqa: E402
-from awx_run import parse_answers  # noqa: E402
+import awx_job  # beside this script, on sys.path as its directory
+from awx_run import parse_answers
 
 
 def _config() -> Dict[str, Any]:
