@@ -1,6 +1,6 @@
 """The lab's simulated NVIDIA driver on the node: nvidia-smi formats, allocation lifetime, reset, -pm.
 
-Runs as root; brings the GPU simulator up with tests/lab/gpu/labgpu up (idempotent).
+Runs as root; brings the GPU simulator up with tests/lab/labctl gpu up (idempotent).
 """
 import os
 import re

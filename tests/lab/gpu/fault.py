@@ -119,7 +119,7 @@ def driver(req, node="pve1"):
     try:
         s.connect(driverd.node_paths(node)["sock_dir"] + "/driver.sock")
     except OSError as e:
-        raise FaultError("the simulated driver of %s is not running (%s); run tests/lab/gpu/labgpu up" % (node, e))
+        raise FaultError("the simulated driver of %s is not running (%s); run `tests/lab/labctl gpu up`" % (node, e))
     s.sendall(json.dumps(req).encode() + b"\n")
     buf = b""
     while not buf.endswith(b"\n"):
