@@ -142,11 +142,13 @@ def playbook_uses(playbook: str, load: Loader, root: str = COLLECTION_ROOT) -> T
     return entries, sets, imports
 
 
-# A documented default that reads another variable ("{{ proxmox_vmid | default(0) }}"): that variable is an input too.
-_DEFAULT_READS = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\||\}\})")
-# Ansible's own names a default may read (not inputs).
+# A documented default that reads another variable ("{{ proxmox_vmid | default(0) }}", or as the fallback of a renamed
+# name, "{{ old_name | default(proxmox_api_timeout | default(10)) }}"): that variable is an input too.
+_DEFAULT_READS = re.compile(r"(?:\{\{|default\()\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\||\}\}|\))")
+# Ansible's own names a default may read, and the literals a default may fall back to (not inputs).
 _MAGIC = frozenset({"inventory_hostname", "inventory_hostname_short", "groups", "hostvars", "omit", "playbook_dir",
-                    "ansible_check_mode", "role_path", "ansible_play_hosts", "group_names"})
+                    "ansible_check_mode", "role_path", "ansible_play_hosts", "group_names",
+                    "true", "false", "none", "True", "False", "None"})
 
 
 def role_options(role: str, entry: str, load: Loader, root: str = COLLECTION_ROOT) -> Dict[str, str]:

@@ -32,7 +32,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import hicache, overhead_offer
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing.hicache_releases import release_rules
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing.hicache_releases import release_rules, server_info_path
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy.sglang_request import (
     SHOWN,
     DeployError,
@@ -341,14 +341,23 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
         contract_args += ["--tree", service["model_path"]]
 
     health_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    health_url = "http://%s:%d" % (("[%s]" % health_host) if ":" in health_host else health_host, service["port"])
+    # The memory tool's `verify` arguments: node rank 0 serves the API, whose path for the server's own arguments
+    # depends on the release (hicache_releases.server_info_path); the key is read from its file in the container.
+    verify_args = ["--health-url", health_url]
+    if int(layout["node_rank"]) == 0:
+        verify_args += ["--info-path", server_info_path(req["version"])]
+    if service["api_key_set"]:
+        verify_args += ["--api-key-file", paths["api_key_file"]]
     return {
         "contract_args": contract_args,
+        "verify_args": verify_args,
         "hicache_size_gb": size,
         "ranks": ranks,
         "argv": argv,
         "sglang_args": args,
         "bind_host": host,
-        "health_url": "http://%s:%d" % (("[%s]" % health_host) if ":" in health_host else health_host, service["port"]),
+        "health_url": health_url,
         # What the start guard (the launcher) checks against the argv it is about to run.
         "guard": {
             "hicache_size_gb": size,
@@ -413,6 +422,25 @@ def launch_record(ln: Mapping[str, Any], version: str) -> Dict[str, Any]:
         "memory_limit_bytes": ln["memory_limit_bytes"],
         "guard": ln["guard"],
     }
+
+
+# --- the restart of a server over several containers -----------------------------------------------------
+
+def server_restart(host: str, own: Mapping[str, Any], nnodes: int, members: Sequence[str],
+                   members_compare: Mapping[str, Optional[Mapping[str, Any]]]) -> Dict[str, Any]:
+    """Whether this container's SGLang restarts, and why. ``own``: the memory tool's ``contract --compare`` answer in
+    this container (``restart``, ``restart_reasons``). A server over several containers (``nnodes`` > 1) restarts
+    whole: when another member of this run (``members``: the server's containers in this run, ``members_compare``:
+    each one's answer, None when not read) restarts, so does this one, in the same tasks (the ranks of a restarted
+    half would wait in a rendezvous the running half never joins, and the running half fails on its dead peer)."""
+    reasons = [str(r) for r in (own or {}).get("restart_reasons") or []]
+    restart = bool((own or {}).get("restart")) or bool(reasons)
+    if not restart and int(nnodes) > 1:
+        others = sorted(m for m in members if m != host and bool(((members_compare or {}).get(m) or {}).get("restart")))
+        if others:
+            restart = True
+            reasons = ["another container of the same server restarts (%s): the server restarts whole" % ", ".join(others)]
+    return {"restart": restart, "reasons": reasons}
 
 
 # --- stage 4: verify --------------------------------------------------------------------------------

@@ -365,6 +365,8 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
         "version": version,
         "verify_memory_tolerance": tolerance,
         "layout": layout,
+        # The inventory hosts of the server's containers, node rank = position (empty: one container).
+        "cluster": [str(h) for h in cluster],
         "plan_base": plan_base,
         "kv_cache_dtype": kv_dtype,
         "requested_gb": requested,

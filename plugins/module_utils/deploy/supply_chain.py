@@ -10,7 +10,8 @@
   (``sglang_server_pip_allow_http``); with ``sglang_server_pip_hashes`` every package is installed from a requirements
   file the collection writes, under ``pip --require-hashes``.
 
-No Ansible imports: sglang_deploy_plan (launch stage) calls :func:`plan`.
+No Ansible imports: the action sglang_launch calls :func:`plan`, sglang_installer_check :func:`check_installer` and
+:func:`check_driver_installed`.
 """
 from __future__ import annotations
 
@@ -125,9 +126,25 @@ def plan(supply: Mapping[str, Any], version: str, node_driver: str, container_dr
          extra_packages: List[str]) -> Dict[str, Any]:
     """What install.yml does about the installer and pip, decided before any change."""
     check_urls(supply.get("pip_index_url", ""), supply.get("pip_find_links", ""), bool(supply.get("pip_allow_http")))
-    out: Dict[str, Any] = {"installer": {"needed": False, "file": "", "sha256": ""},
+    out: Dict[str, Any] = {"installer": {"needed": False, "file": "", "sha256": "", "source": ""},
                            "pip": {"requirements": requirements(version, extra_packages, supply.get("pip_hashes"))}}
+    # The container's NVIDIA userspace must be exactly the node's kernel module: installed when it differs (none read
+    # before the first install). From sglang_server_nvidia_installer_url when given (downloaded inside the container),
+    # otherwise from the node's sglang_server_nvidia_installer_node_dir through the controller.
     if str(container_driver or "") != str(node_driver):
         out["installer"] = {"needed": True, "file": installer_file(node_driver),
-                            "sha256": installer_sha256(supply.get("installer_sha256"), node_driver)}
+                            "sha256": installer_sha256(supply.get("installer_sha256"), node_driver),
+                            "source": "url" if str(supply.get("installer_url") or "").strip() else "node"}
     return out
+
+
+def check_driver_installed(node_driver: str, smi_stdout: Any) -> str:
+    """After the installer ran: the container's userspace as nvidia-smi reports it (its first line) must be the node's
+    driver; returns it, refused otherwise."""
+    lines = [line.strip() for line in str(smi_stdout or "").splitlines() if line.strip()]
+    seen = lines[0] if lines else ""
+    if seen != str(node_driver):
+        raise SupplyError("after the installer ran, nvidia-smi in the container reports the NVIDIA driver %s, not the node's "
+                          "%s: the container's userspace must equal the node's kernel module exactly. Read the installer's "
+                          "log in the container (/var/log/nvidia-installer.log)." % (seen or "(nothing)", node_driver))
+    return seen

@@ -225,7 +225,7 @@ def classify_api_error(
         return ApiError(
             "timeout",
             f"{url} did not answer in time{waited}: check the network path to the node, or give it longer: "
-            "proxmox_api_timeout in the inventory (the role pve_gpu_container's pve_gpu_container_api_timeout; "
+            "proxmox_api_timeout in the inventory (the role pve_gpu_container's pve_gpu_container_api_timeout_s; "
             f"the module's api_timeout), in seconds per request. ({text.strip()})",
         )
     if "connectionerror" in names and status_code is None:

@@ -69,6 +69,12 @@ class Rules:
         return self.release >= (0, 5, 6)
 
     @property
+    def has_server_info(self) -> bool:
+        """From 0.5.6 the server's own arguments are served at ``/server_info`` too (``/get_server_info`` deprecated
+        but kept); 0.5.5 and before have only ``/get_server_info`` (entrypoints/http_server.py)."""
+        return self.release >= (0, 5, 6)
+
+    @property
     def asserts_host_exceeds_device(self) -> bool:
         """Up to 0.5.14 start-up asserts that the host pool holds more tokens than the device pool."""
         return self.release <= (0, 5, 14)
@@ -247,6 +253,12 @@ def rules_for(version: SglangVersion, releases: Sequence[Release]) -> List[Rules
     if version.post and version.key in EXACT_PIN_FROM_POST:
         return [Rules(r, post=version.post_number) if r == version.key else Rules(r) for r in releases]
     return [Rules(r) for r in releases]
+
+
+def server_info_path(version: Any) -> str:
+    """The HTTP path of the running server's own arguments: ``server_info`` when every release ``version`` may carry
+    serves it, else ``get_server_info``, which every release this model knows serves."""
+    return "server_info" if all(rules.has_server_info for rules in release_rules(version)) else "get_server_info"
 
 
 def rules_of(version: Any) -> Rules:

@@ -677,3 +677,52 @@ def test_a_blank_tp_size_that_no_longer_matches_the_gpus_names_the_blank_in_the_
 
 def test_settings_given_have_no_notes():
     assert req()["notes"] == []
+
+
+# ---------------------------------------------------------------- verify's arguments, the server's restart
+
+
+@pytest.mark.parametrize("version,path", [
+    ("0.5.5", "get_server_info"), ("0.5.4.post2", "get_server_info"),
+    ("0.5.6", "server_info"), ("0.5.9", "server_info"), ("0.5.21", "server_info"),
+    # A pre-release of 0.5.6 may carry 0.5.5's code: the path every candidate serves.
+    ("0.5.6rc1", "get_server_info"), ("0.5.6.dev0", "get_server_info"),
+    # A post release of 0.5.5 may carry 0.5.6's code, and 0.5.5's: the older path, which both serve.
+    ("0.5.5.post1", "get_server_info"),
+])
+def test_verify_reads_the_server_info_path_its_release_serves(version, path):
+    ln = launched(version=version)
+    args = ln["verify_args"]
+    assert args[args.index("--info-path") + 1] == path
+    assert args[args.index("--health-url") + 1] == ln["health_url"] == "http://10.77.0.129:30000"
+
+
+def test_verify_args_on_a_follower_and_without_a_key():
+    r = req(cluster=["ct-a", "ct-b"], inventory_hostname="ct-b", nnodes=None, node_rank=None, tp_size=16,
+            dist_init_host="10.0.0.1")
+    assert r["cluster"] == ["ct-a", "ct-b"] and r["layout"]["node_rank"] == 1
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    ln = d.launch(r, node_state(gate), ct_facts(), PATHS)
+    assert "--info-path" not in ln["verify_args"]  # node rank 0 serves the API
+    assert ln["verify_args"][ln["verify_args"].index("--api-key-file") + 1] == PATHS["api_key_file"]
+    ln = launched(api_key_set=False, host="127.0.0.1")
+    assert "--api-key-file" not in ln["verify_args"] and "--info-path" in ln["verify_args"]
+
+
+def test_the_server_restarts_for_its_own_reasons():
+    assert d.server_restart("a", {"restart": False, "restart_reasons": []}, 1, [], {}) == {"restart": False, "reasons": []}
+    got = d.server_restart("a", {"restart": True, "restart_reasons": ["the unit is inactive, not active"]}, 1, [], {})
+    assert got == {"restart": True, "reasons": ["the unit is inactive, not active"]}
+
+
+def test_a_server_over_several_containers_restarts_whole():
+    members = ["a", "b", "c"]
+    quiet = {"restart": False, "restart_reasons": []}
+    loud = {"restart": True, "restart_reasons": ["installed since the running server started: launch.json"]}
+    got = d.server_restart("a", quiet, 3, members, {"b": loud, "c": quiet})
+    assert got["restart"] and "(b)" in got["reasons"][0]
+    assert d.server_restart("a", quiet, 3, members, {"b": quiet, "c": None}) == {"restart": False, "reasons": []}
+    # One container only: another host's restart is not this server's.
+    assert not d.server_restart("a", quiet, 1, members, {"b": loud})["restart"]
+    # Its own answer is never overridden by the others'.
+    assert d.server_restart("a", loud, 3, members, {"b": quiet})["reasons"] == loud["restart_reasons"]

@@ -19,7 +19,25 @@ def test_installer_needed_requires_the_inventorys_sha256():
     with pytest.raises(sc.SupplyError, match="gives no sha256"):
         sc.plan({"installer_sha256": {"580.95.05": SHA}}, "0.5.21", "580.82.07", "580.95.05", [])
     got = sc.plan({"installer_sha256": {"580.82.07": "SHA256:" + SHA.upper()}}, "0.5.21", "580.82.07", "", [])
-    assert got["installer"] == {"needed": True, "file": "NVIDIA-Linux-x86_64-580.82.07.run", "sha256": SHA}
+    assert got["installer"] == {"needed": True, "file": "NVIDIA-Linux-x86_64-580.82.07.run", "sha256": SHA, "source": "node"}
+
+
+def test_installer_source_is_the_url_when_given_else_the_node():
+    sha = {"580.82.07": SHA}
+    assert sc.plan({"installer_sha256": sha, "installer_url": "https://mirror/nvidia/"}, "0.5.21", "580.82.07", "535.1", [])[
+        "installer"]["source"] == "url"
+    assert sc.plan({"installer_sha256": sha, "installer_url": "  "}, "0.5.21", "580.82.07", "535.1", [])[
+        "installer"]["source"] == "node"
+    # Not needed: no source, whatever the URL.
+    assert sc.plan({"installer_url": "https://mirror/"}, "0.5.21", "580.82.07", "580.82.07", [])["installer"]["source"] == ""
+
+
+def test_driver_after_the_install_must_be_the_nodes():
+    assert sc.check_driver_installed("580.82.07", "580.82.07\n580.82.07\n") == "580.82.07"
+    assert sc.check_driver_installed("580.82.07", "  580.82.07  ") == "580.82.07"
+    for seen in ("535.104.05\n", "", None, "580.82.07x"):
+        with pytest.raises(sc.SupplyError, match="not the node's 580.82.07"):
+            sc.check_driver_installed("580.82.07", seen)
 
 
 def test_installer_not_needed_needs_no_sha256():

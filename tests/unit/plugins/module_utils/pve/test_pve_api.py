@@ -114,7 +114,7 @@ def test_classify_timeout_names_the_variable_a_user_sets():
     assert err.kind == "timeout"
     assert "(10 s per request)" in err.message
     # The roles' users set these; the module's own option is named as well for a direct module call.
-    assert "proxmox_api_timeout" in err.message and "pve_gpu_container_api_timeout" in err.message
+    assert "proxmox_api_timeout" in err.message and "pve_gpu_container_api_timeout_s" in err.message
     assert "raise api_timeout" not in err.message
     unknown = _classify(["ConnectTimeout", "Timeout"], "timed out")
     assert "s per request)" not in unknown.message
@@ -128,8 +128,8 @@ def test_timeout_variable_named_in_the_message_is_the_roles():
 
     role = pathlib.Path(pa.__file__).resolve().parents[3] / "roles" / "pve_gpu_container"
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    assert "proxmox_api_timeout" in spec["pve_gpu_container_api_timeout"]["default"]
-    assert "api_timeout: \"{{ pve_gpu_container_api_timeout | int }}\"" in (role / "tasks" / "main.yml").read_text()
+    assert "proxmox_api_timeout" in spec["pve_gpu_container_api_timeout_s"]["default"]
+    assert "api_timeout: \"{{ pve_gpu_container_api_timeout_s | int }}\"" in (role / "tasks" / "main.yml").read_text()
 
 
 def test_classify_auth():
