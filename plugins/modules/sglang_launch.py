@@ -12,7 +12,7 @@ version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
-  - The plan for the value actually launched (C(module_utils/deploy/sglang_deploy.py) C(launch)): the container's memory as
+  - The plan for the value actually launched (C(module_utils/deploy/sglang_deploy.py) C(launch)) - the container's memory as
     it sees it, the node's GPUs, the exact argv of the unit, what the start guard must see, the bounds verify checks,
     the memory tool's C(verify) arguments (the server's info path by release, C(module_utils/sizing/hicache_releases.py)); the
     install steps preflight's read calls for, and where the software comes from (C(module_utils/deploy/supply_chain.py)).

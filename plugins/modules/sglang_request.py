@@ -13,7 +13,7 @@ author:
   - inferops team (@inferops)
 description:
   - The operator's settings (the role C(sglang_server)'s variables, survey answers) checked and normalised
-    (C(module_utils/deploy/sglang_request.py)): layout, version, the requested size, the service (bind address, API key
+    (C(module_utils/deploy/sglang_request.py)) - layout, version, the requested size, the service (bind address, API key
     policy, port), the extra arguments. Runs in the container host's variable context without connecting to it, so that
     the node play can refuse a plan before it changes anything.
   - A blank role setting among the extra variables (an unanswered survey question) is said as a warning.
@@ -46,7 +46,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 request:
-  description: The normalised settings (C(layout), C(service), C(version), C(plan_base): the plan's input without facts).
+  description: The normalised settings (C(layout), C(service), C(version), C(plan_base), the plan's input without facts).
   type: dict
   returned: success
 msg_lines:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_restart_plan
-short_description: Decide whether SGLang restarts: what runs differs, or another part of the server restarts
+short_description: Decide whether SGLang restarts (what runs differs, or another part of the server restarts)
 version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
   - From the memory tool's comparison of what the running server was started with and what is installed now
-    (C(sglang_memory.py contract --compare)): any difference is a reason to restart. A server over several containers
-    restarts whole: when another of its containers in this run restarts, so does this one (C(module_utils/deploy/sglang_deploy.py)
+    (C(sglang_memory.py contract --compare)); any difference is a reason to restart. A server over several containers
+    restarts whole - when another of its containers in this run restarts, so does this one (C(module_utils/deploy/sglang_deploy.py)
     C(server_restart)). The other containers' comparisons are read from the run's results of the task named by
     O(members_register).
   - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not

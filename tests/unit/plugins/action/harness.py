@@ -18,7 +18,7 @@ from ansible.plugins.loader import connection_loader
 from ansible.template import Templar
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import playbook_inputs
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs
 
 ROOT = playbook_inputs.COLLECTION_ROOT
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
