@@ -7,15 +7,15 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_deploy_plan
-short_description: The calculator of playbooks/plan.yml (a HiCache plan touching no host)
+short_description: The calculator of playbooks/plan.yml for one host (a HiCache plan touching no host)
 version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
-  - Runs on the controller and contacts nothing. A plan from O(plan_input), the offline plan of one inventory host from
-    its O(request) and O(container), or, with O(containers), the plan of a node's containers together
-    (C(playbooks/plan.yml -e plan_node)); every decision in C(module_utils/) (C(sglang_deploy.py) C(calculate),
-    C(node_plan.py) C(calculate_node), C(node_facts.py) and the sizing model C(hicache.py)).
+  - Runs on the controller and contacts nothing. A plan from O(plan_input), or the offline plan of one inventory host
+    from its O(request) and O(container); every decision in C(module_utils/) (C(deploy/sglang_deploy.py)
+    C(calculate), C(host/node_facts.py) and the sizing model C(sizing/hicache.py)). The plan of a node's containers
+    together (C(playbooks/plan.yml -e plan_node)) is M(inferops.gpu_inference.sglang_plan_node).
   - The deploy's stages are their own actions, on the same code - M(inferops.gpu_inference.sglang_request),
     M(inferops.gpu_inference.sglang_node_gate), M(inferops.gpu_inference.sglang_launch),
     M(inferops.gpu_inference.sglang_verify), M(inferops.gpu_inference.sglang_installer_check),
@@ -46,16 +46,6 @@ options:
   host:
     description: The inventory name of the host planned with O(request), for the messages.
     type: str
-  requests:
-    description: (with O(containers)) Inventory host name -> the C(request) of each container of the node.
-    type: dict
-  containers:
-    description: Given, the node's plan from O(plan_input)'s node facts, every container listed planned together.
-    type: list
-    elements: dict
-  node_name:
-    description: The node's name, for the messages.
-    type: str
   node_host:
     description: The inventory host of the planned node, whose O(node_declared) hardware is taken as the node's facts,
       each overridden by a key of O(plan_input).
@@ -65,10 +55,6 @@ options:
       C(pve_gpu_container_node_gpu_memory_mib), C(pve_gpu_container_node_gpu_count),
       C(pve_gpu_container_node_mem_total_bytes); null is not declared), merged under O(plan_input).
     type: dict
-  node_reserve_bytes:
-    description: RAM the node keeps for itself. Not given, the documented default of the role C(pve_gpu_container)'s
-      C(pve_gpu_container_node_reserve_bytes).
-    type: int
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -89,8 +75,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 calculation:
-  description: C(plan) (the hicache_plan result) and C(notes) (what the plan was made against); with O(containers),
-    C(node_plan) (as M(inferops.gpu_inference.sglang_node_gate) returns it) and C(notes).
+  description: C(plan) (the hicache_plan result) and C(notes) (what the plan was made against).
   type: dict
   returned: success
 msg_lines:

@@ -13,6 +13,7 @@ from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import playbook_inputs, sglang_extra_vars, sglang_request, supply_chain
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import safe_text
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import node_facts
 from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.inventory_vars import inventory_names
 
 
@@ -26,6 +27,18 @@ def node_reserve_bytes(action, args):
                                                 action._loader.load_from_file))
     except playbook_inputs.InputsError as exc:
         raise sglang_request.DeployError(str(exc)) from exc
+
+
+
+def with_node_facts(args, containers):
+    """plan.yml's calculators: ``plan_input`` merged over the node's hardware its inventory declares (``node_declared``,
+    given for an inventory host's node), and the notes saying where each fact came from (module_utils/host/node_facts.py)."""
+    node = str(args.get("node_host") or "")
+    if not node or not args.get("node_declared"):
+        return args.get("plan_input"), []
+    facts = node_facts.declared(args["node_declared"], node)
+    node_facts.check_gpus_declared(facts, containers, node)
+    return node_facts.merge_plan_input(args.get("plan_input"), facts, node)
 
 
 class DeployAction(ActionBase):

@@ -13,6 +13,7 @@ from ansible_collections.inferops.gpu_inference.plugins.action import (
     sglang_installer_check,
     sglang_launch,
     sglang_node_gate,
+    sglang_plan_node,
     sglang_request,
     sglang_restart_plan,
     sglang_verify,
@@ -198,3 +199,23 @@ def test_the_calculator_plans_and_names_the_action_of_a_moved_stage(run):
     assert calc["calculation"]["plan"]["fits"] and calc["calculation"]["plan"]["per_rank_gb"] > 0
     moved = run(sglang_deploy_plan, {"stage": "launch"}, playbook="plan.yml")
     assert moved["failed"] and "inferops.gpu_inference.sglang_launch" in moved["msg"]
+
+
+def test_the_node_calculator_plans_a_nodes_containers_together_and_one_host_is_the_other_action(run):
+    req = request(run)
+    containers = [{"host": "ct129", "vmid": 129, "gpus": [0, 1, 2, 3], "memory_mib": 200 * 1024},
+                  {"host": "ct130", "vmid": 130, "gpus": [4, 5, 6, 7], "memory_mib": 200 * 1024}]
+    facts = {"mem_total_bytes": 449 * GIB, "mem_available_bytes": 445 * GIB, "gpu_memory_mib": 97887}
+    args = {"plan_input": facts, "requests": {"ct129": req, "ct130": req}, "containers": containers,
+            "node_name": "pve1", "node_reserve_bytes": 4 * GIB}
+    node = run(sglang_plan_node, args, playbook="plan.yml")
+    assert not node.get("failed"), node
+    gates = node["calculation"]["node_plan"]["gates"]
+    assert sorted(gates) == ["ct129", "ct130"] and all(g["per_rank_gb"] > 0 for g in gates.values())
+    # Together, against the node gate's own answer for the same two containers.
+    gate = run(sglang_node_gate, {"requests": args["requests"], "containers": containers, "node": NODE,
+                                  "node_reserve_bytes": 4 * GIB, "node_name": "pve1"}, {"inventory_hostname": "pve1"})
+    assert {h: g["per_rank_gb"] for h, g in gates.items()} == {
+        h: g["per_rank_gb"] for h, g in gate["node_plan"]["gates"].items()}
+    moved = run(sglang_deploy_plan, dict(args, stage="calculate"), playbook="plan.yml")
+    assert moved["failed"] and "inferops.gpu_inference.sglang_plan_node" in moved["msg"]
