@@ -29,7 +29,6 @@ def node_reserve_bytes(action, args):
         raise sglang_request.DeployError(str(exc)) from exc
 
 
-
 def with_node_facts(args, containers):
     """plan.yml's calculators: ``plan_input`` merged over the node's hardware its inventory declares (``node_declared``,
     given for an inventory host's node), and the notes saying where each fact came from (module_utils/host/node_facts.py)."""
