@@ -18,14 +18,11 @@ def bystander() -> tuple[int, str]:
 
 def test_second_up_is_a_noop_and_bystander_survives(lab):
     pid, beat = bystander()
-    t = time.time()
     r = labctl("up")
-    took = time.time() - t
     peers = ("labctl: labctl gpu up", "labctl: building the SGLang stand-in wheels")
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("labctl:") and not ln.startswith(peers)]
     assert lines[-1].startswith("labctl: lab is up"), r.stdout
     assert len(lines) == 1, f"second up changed something:\n{r.stdout}"
-    assert took < 20, took
     time.sleep(2.5)
     pid2, beat2 = bystander()
     assert pid2 == pid and beat2 != beat
