@@ -162,7 +162,7 @@ class RecoverRuns(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.root: int | None = None
-        self.others: set[int] = set()
+        self.others: dict[int, str] = {}
         self.runs: dict[int, dict] = {}
         self.max_parallel = 0
         self.stop = threading.Event()
@@ -187,7 +187,7 @@ class RecoverRuns(threading.Thread):
                 if self._forked_worker(pid, argv):
                     continue
                 if pid not in self.runs and not self._descends_from(pid, self.root):
-                    self.others.add(pid)
+                    self.others.setdefault(pid, " ".join(argv).strip()[:300])
                     continue
                 if pid not in self.runs:
                     vmid = None
@@ -419,6 +419,7 @@ def main() -> int:
     figures["interval_s"] = a.interval
     # recover.yml runs on the machine that this run's rulebook did not start (not counted in any check).
     figures["other_recover_runs_ignored"] = len(sampler.others)
+    figures["other_recover_runs"] = ["%d: %s" % kv for kv in sorted(sampler.others.items())]
     figures["debounce_s"] = a.debounce
     events = {}
     for t, vmid in re.findall(r"gpu_watch: event at ([0-9.]+): CT (\d+) on \S+ needs recovery", text):
