@@ -79,8 +79,8 @@ INVENTORY = """all:
           sglang_server_wheelhouse_src: %s
           sglang_server_model_src: %s/models/kimi-k2-tiny
           sglang_server_nvidia_installer_node_dir: /var/lib/inferops-lab/nvidia
-          sglang_server_stop_timeout: 30
-          sglang_server_health_timeout: 180
+          sglang_server_stop_timeout_s: 30
+          sglang_server_health_timeout_s: 180
           # 1 GiB a rank and 1 GiB for the front end: the plan gives 1 GB a rank where SGLang itself takes 2.
           sglang_server_hicache_policy:
             rank_overhead_bytes: 1073741824
