@@ -4,7 +4,7 @@
 """Role variables renamed for their unit, and the deprecation said while the old name is still read (no Ansible
 imports).
 
-A variable in seconds ends in ``_s``, as the Python reading it does. The old name keeps working for one release: the
+A variable in seconds ends in ``_s``, a share of one in ``_fraction``, as the Python reading it does. The old name keeps working for one release: the
 new name's default in the role's defaults/main.yml is the old name's value when set; the action of the stage that
 reads the role's settings says, each run, that the old name is deprecated and which name replaces it.
 """
@@ -24,6 +24,7 @@ RENAMED: Dict[str, str] = {
     "pve_gpu_container_api_timeout": "pve_gpu_container_api_timeout_s",
     "pve_gpu_container_task_timeout": "pve_gpu_container_task_timeout_s",
     "pve_gpu_container_baseline_wait": "pve_gpu_container_baseline_wait_s",
+    "sglang_server_verify_memory_tolerance": "sglang_server_verify_memory_tolerance_fraction",
 }
 
 
@@ -34,7 +35,7 @@ def deprecations(names: Iterable[str], prefix: str = "") -> List[Dict[str, str]]
     for old in sorted(set(str(n) for n in names)):
         if old in RENAMED and old.startswith(prefix):
             out.append({
-                "msg": "%s is renamed %s (seconds, named with their unit): the old name is still read when the new one "
+                "msg": "%s is renamed %s (named with its unit): the old name is still read when the new one "
                        "is not set, until %s %s; set %s instead" % (old, RENAMED[old], COLLECTION, REMOVED_IN, RENAMED[old]),
                 "version": REMOVED_IN,
                 "collection_name": COLLECTION,

@@ -449,7 +449,7 @@ def verify(ln: Mapping[str, Any], running: Optional[Mapping[str, Any]], measure:
            node_rank: int, tolerance: float) -> Dict[str, Any]:
     """Compare the running server with the launch. ``running`` is /server_info (None on node ranks > 0)."""
     if not 0 <= float(tolerance) < 1:
-        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction between 0 and 1, got %r" % tolerance)
+        raise DeployError("sglang_server_verify_memory_tolerance_fraction must be a fraction between 0 and 1, got %r" % tolerance)
     expected = dict(ln["expected_running"])
     seen = {}
     mismatches = []

@@ -347,13 +347,13 @@ def request(settings: Mapping[str, Any]) -> Dict[str, Any]:
                           "sglang_server_dist_init_host (node rank 0's address)" % layout["nnodes"])
     tolerance = s.get("verify_memory_tolerance", 0.10)
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, str)):
-        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction, got %s" % clip(tolerance, SHOWN))
+        raise DeployError("sglang_server_verify_memory_tolerance_fraction must be a fraction, got %s" % clip(tolerance, SHOWN))
     try:
         tolerance = float(tolerance)
     except ValueError as exc:
-        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction, got %s" % clip(tolerance, SHOWN)) from exc
+        raise DeployError("sglang_server_verify_memory_tolerance_fraction must be a fraction, got %s" % clip(tolerance, SHOWN)) from exc
     if not 0 <= tolerance < 1:
-        raise DeployError("sglang_server_verify_memory_tolerance must be a fraction between 0 and 1 (0.10 for 10 percent), "
+        raise DeployError("sglang_server_verify_memory_tolerance_fraction must be a fraction between 0 and 1 (0.10 for 10 percent), "
                           "got %s" % clip(s.get("verify_memory_tolerance"), SHOWN))
     extra_args = _extra_args(s.get("extra_args"))
     if not draft and any(_names_draft_model(a) for a in extra_args):
