@@ -23,3 +23,14 @@ attributes:
   facts:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
 """
+
+    # An action that only computes on the controller (the deploy's stages, the calculators): it changes nothing.
+    COMPUTE = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: The action only computes; it never changes anything.
+  diff_mode:
+    support: none
+"""

@@ -50,12 +50,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-attributes:
-  check_mode:
-    support: full
-    details: The action only computes; it never changes anything.
-  diff_mode:
-    support: none
+  - inferops.gpu_inference.attributes.compute
 """
 
 EXAMPLES = r"""

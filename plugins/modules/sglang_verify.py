@@ -42,12 +42,7 @@ options:
     default: 0.1
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-attributes:
-  check_mode:
-    support: full
-    details: The action only computes; it never changes anything.
-  diff_mode:
-    support: none
+  - inferops.gpu_inference.attributes.compute
 """
 
 EXAMPLES = r"""
