@@ -131,6 +131,17 @@ options:
       - V(false) treats it as a client like any other, so the reset of the GPUs it holds is refused.
     type: bool
     default: true
+  reset_lock_wait:
+    description:
+      - Seconds O(action=reset_gpus) waits for another GPU reset on the node before it refuses, naming the holder.
+        One reset at a time per node, through the node's reset lock C(/run/inferops/locks/gpu-reset.lock), an flock(2)
+        this module holds for its reset. Not taken in check mode.
+    type: int
+    default: 180
+  lock_dir:
+    description: Directory of the node's lock files (root's, mode 0700).
+    type: path
+    default: /run/inferops/locks
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
 attributes:
@@ -220,8 +231,13 @@ daemons:
   returned: when action is reset_gpus and a reset was attempted
   type: list
   elements: dict
+reset_lock:
+  description: The node's GPU reset lock (path, waited_s, waited_for), or its holder when it was not given.
+  returned: when action is reset_gpus, not in check mode
+  type: dict
 """
 
+import os
 import signal
 import sys
 import time
@@ -232,6 +248,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_daemons as rd
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_gate as gate
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_procs as procs
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_pve as pve
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_scope
@@ -760,13 +777,36 @@ def end_gpu_processes(module, vmid, smi, result):
     return done
 
 
+def node_reset_lock(module, vmid, result):
+    """One GPU reset per node at a time: the node's reset lock (recover_lock), held by this process for the reset
+    (the kernel drops it when the process ends, however it ends); another ladder's reset is waited for, at most
+    O(reset_lock_wait) seconds, then this one is refused, naming the holder. None in check mode (nothing is reset)."""
+    if module.check_mode:
+        return None
+    p = module.params
+    path = rl.reset_path(p["lock_dir"])
+    fd, info = rl.acquire(path, p["reset_lock_wait"])
+    if fd is None:
+        module.fail_json(msg="Another GPU reset runs on this node: %s. Waited %.0f s; no GPU was reset." % (
+            info["msg"], info["waited_s"]), reset_lock={"path": path, "holder": info.get("holder")}, **result)
+    me = os.getpid()
+    rl.write_record(fd, rl.holder_record(me, rl.start_ticks(me), "GPU reset", vmid))
+    result["reset_lock"] = {"path": path, "waited_s": info["waited_s"], "waited_for": info.get("waited_for")}
+    return fd
+
+
 def rung_reset_gpus(module, vmid, smi, result):
     ended = end_gpu_processes(module, vmid, smi, result)
+    lock = node_reset_lock(module, vmid, result)
     try:
         reset_gpus(module, vmid, smi, result)
         result["planned"]["end_gpu_processes_first"] = ended
     except DaemonError as exc:
         module.fail_json(msg=str(exc), **result)
+    finally:
+        if lock is not None:
+            os.ftruncate(lock, 0)
+            os.close(lock)
     unstarted = [d for d in result.get("daemons", []) if d.get("stopped") and not d.get("restarted")]
     if unstarted:
         module.fail_json(msg="%s could not be started again after the reset: %s; start it by hand" % (
@@ -800,6 +840,8 @@ def main():
             command_timeout=dict(type="int", default=60),
             nvidia_smi_path=dict(type="path"),
             stop_host_daemons=dict(type="bool", default=True),
+            reset_lock_wait=dict(type="int", default=180),
+            lock_dir=dict(type="path", default=rl.LOCK_DIR),
         ),
         required_if=[("action", gate.RUNG_NAMES[gate.RUNG_RESET_GPUS], ("gpus",))],
         supports_check_mode=True,

