@@ -32,7 +32,7 @@ START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
 FAULTS = {
     "service-running": {"setup": START},
     "sigterm-ignored": {"setup": START + " && %s fault inject sigterm-ignored --vmid %d" % (LABCTL, VMID),
-                        "extra": ["-e", "gpu_recover_service_stop_timeout=10", "-e", "gpu_recover_release_grace=10"]},
+                        "extra": ["-e", "gpu_recover_service_stop_timeout_s=10", "-e", "gpu_recover_release_grace_s=10"]},
     "escaped-workers": {"setup": "%s fault inject escaped-workers --vmid %d" % (LABCTL, VMID)},
     "stuck": {"setup": "%s fault inject stuck --vmid %d" % (LABCTL, VMID)},
     "driver-held": {"setup": START + " && %s fault inject driver-held --vmid %d && pct exec %d -- sh -c "
@@ -75,15 +75,16 @@ GRACE_RE = re.compile(r"\((?:release |stuck )?grace (\d+(?:\.\d+)?) s\)")
 
 
 def setting(spec: dict, name: str) -> float:
-    """gpu_recover_<name> for this fault: the bench's -e, else the role's default."""
+    """gpu_recover_<name> for this fault (a number of seconds: gpu_recover_<name>_s, or its name before the unit
+    suffix): the bench's -e, else the role's default."""
     extra = spec.get("extra", [])
     for arg in extra:
         key, sep, value = arg.partition("=")
-        if sep and key == "gpu_recover_" + name:
+        if sep and key in ("gpu_recover_" + name, "gpu_recover_%s_s" % name):
             return float(value)
     with open(os.path.join(ROOT, "roles", "gpu_recover", "defaults", "main.yml"), encoding="utf-8") as handle:
         for line in handle:
-            m = re.match(r"gpu_recover_%s:\s*(\d+(?:\.\d+)?)" % re.escape(name), line)
+            m = re.match(r"gpu_recover_%s(?:_s)?:\s*(\d+(?:\.\d+)?)" % re.escape(name), line)
             if m:
                 return float(m.group(1))
     raise KeyError(name)

@@ -20,6 +20,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
+from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.metrics_textfile import MetricsError, recover_metrics
 
 LOCK_MODULE = "inferops.gpu_inference.gpu_recover_lock"
@@ -52,10 +53,15 @@ class ActionModule(ActionBase):
             signal.signal(signal.SIGALRM, previous)
 
     def _module(self, name, args, task_vars, timeout_s=None):
+        """One module on the node; its warnings and deprecations go to the task's result, the rest is data."""
         if timeout_s:
-            return self._bounded(timeout_s, self._execute_module, module_name=name, module_args=args,
-                                 task_vars=task_vars)
-        return self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+            res = self._bounded(timeout_s, self._execute_module, module_name=name, module_args=args,
+                                task_vars=task_vars)
+        else:
+            res = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        for key in ("warnings", "deprecations"):
+            self._notes.setdefault(key, []).extend(res.get(key) or [])
+        return {k: v for k, v in res.items() if k not in ("warnings", "deprecations") and not k.startswith("_ansible")}
 
     def _command(self, argv, task_vars, timeout_s):
         return self._module("ansible.legacy.command", {"argv": argv}, task_vars, timeout_s)
@@ -78,7 +84,7 @@ class ActionModule(ActionBase):
         os.replace(tmp, path)
 
     def _metrics(self, built):
-        if not self._metrics_path:
+        if not self._metrics_path or built.get("unbuilt"):
             return {}
         try:
             return {"metrics_path": self._metrics_path, "metrics_text": recover_metrics(built["report"], time.time())}
@@ -94,15 +100,31 @@ class ActionModule(ActionBase):
     # ------------------------------------------------------------------ the lock
 
     def _acquire(self, state, task_vars):
+        """The node's lock on the container's ladder, with the in-progress metrics. Held by another run: a run of
+        this controller that is gone (recover_lock.stale_run) has its holder ended; else this run waits up to
+        gpu_recover_lock_wait_s. ``contended`` says another run held it (what it left is diagnosed again)."""
         built = self._report(dict(state, in_progress=state.get("in_progress") or {"rung": 0, "phase": "action",
                                                                               "t0": time.time()}), finished=False)
-        args = dict(vmid=state["vmid"], state="acquired", wait_s=state["settings"]["lock_wait"],
-                    lease_s=ladder.lease_s(state), playbook=self._playbook, controller=self._controller,
-                    **self._metrics(built))
-        res = self._module(LOCK_MODULE, args, task_vars, state["settings"]["lock_wait"] + 60)
+        wait_s = state["settings"]["lock_wait"]
+        base = dict(vmid=state["vmid"], state="acquired", lease_s=ladder.lease_s(state), playbook=self._playbook,
+                    controller=self._controller, **self._metrics(built))
+        if self._run_ticks is not None:
+            base.update(run_pid=self._run_pid, run_start_ticks=self._run_ticks)
+        res = self._module(LOCK_MODULE, dict(base, wait_s=0), task_vars, 60)
+        contended = bool(res.get("failed"))
+        if res.get("failed") and res.get("refused"):
+            holder = res.get("holder")
+            if rl.stale_run(holder, self._controller, rl.same_process):
+                self._say(["The run that held the node's lock on CT %s is gone from this controller (pid %s): its "
+                           "holder is ended." % (state["vmid"], holder.get("run_pid"))])
+                res = self._module(LOCK_MODULE, dict(base, wait_s=wait_s, break_pid=holder["pid"],
+                                                     break_start_ticks=holder["start_ticks"]), task_vars, wait_s + 60)
+            elif wait_s > 0:
+                self._say(["Waiting up to %d s for the node's lock: %s" % (wait_s, res.get("msg"))])
+                res = self._module(LOCK_MODULE, dict(base, wait_s=wait_s), task_vars, wait_s + 60)
         if res.get("failed"):
             raise AnsibleError(res.get("msg") or "the node's lock on CT %s was not given" % state["vmid"])
-        return res
+        return dict(res, contended=contended)
 
     def _release(self, lock, built, task_vars):
         args = dict(vmid=built["report"]["vmid"], state="released", **self._metrics(built))
@@ -232,8 +254,13 @@ class ActionModule(ActionBase):
         self._changed = False
         self._lines = []
         self._lock = None
+        self._notes = {}
         self._playbook = to_text(task_vars.get("ansible_play_name") or "")
-        self._controller = "%s@%s" % (os.environ.get("USER") or os.getuid(), os.uname()[1])
+        # The controller (user, host, boot) and this run's ansible-playbook process (the worker's parent), recorded with
+        # the lock so that a later run on this controller can tell this one is gone.
+        self._controller = rl.controller_id()
+        self._run_pid = os.getppid()
+        self._run_ticks = rl.start_ticks(self._run_pid)
         vmid = args.get("vmid")
         report_dir = to_text(args.get("report_dir") or "")
         if not report_dir:
@@ -262,17 +289,19 @@ class ActionModule(ActionBase):
         if self._check:
             return self._check_plan(result, state, task_vars)
 
+        if state["climb"] or state["record_baseline_now"] or state["reboot_now"]:
+            # Refused (another run holds the container's ladder past the wait): nothing written, nothing changed.
+            try:
+                self._lock = self._acquire(state, task_vars)
+            except (AnsibleError, StepTimeout) as exc:
+                return dict(result, failed=True, msg=to_text(exc), refused=True)
         built = None
         try:
-            if state["climb"] or state["record_baseline_now"] or state["reboot_now"]:
-                try:
-                    self._lock = self._acquire(state, task_vars)
-                except (AnsibleError, StepTimeout) as exc:
-                    return dict(result, failed=True, msg=to_text(exc), refused=True)
-                if self._lock.get("waited_for"):
+            if self._lock:
+                if self._lock.get("contended"):
                     # Another run climbed this container's ladder meanwhile: what it left is diagnosed again.
                     self._say(["Waited %.0f s for the node's lock (%s); diagnosing again."
-                               % (self._lock.get("waited_s") or 0, self._lock["waited_for"])])
+                               % (self._lock.get("waited_s") or 0, self._lock.get("waited_for") or "released")])
                     state = fresh
                     call, state = ladder.next_call(state)
                     res = self._module(call["module"], call["args"], task_vars, call["timeout_s"])
@@ -295,8 +324,13 @@ class ActionModule(ActionBase):
             built = self._report(state, finished=True)
             self._write_report(built)
         finally:
+            # Whatever happened, the lock is released (and the metrics written when the report can be built).
             if built is None:
-                built = self._report(state, finished=False)
+                try:
+                    built = self._report(state, finished=False)
+                except Exception as exc:  # pylint: disable=broad-except
+                    self._display.warning("CT %s: the report could not be built: %s" % (vmid, exc))
+                    built = {"report": {"vmid": vmid}, "unbuilt": True}
             self._release(self._lock, built, task_vars)
         return self._result(result, state, built)
 
@@ -348,6 +382,9 @@ class ActionModule(ActionBase):
             fail_msg = "Not clean: CT %d on %s %s%s" % (state["vmid"], self._host, "(the node needs a reboot) "
                                                         if state.get("reboot_needed") else "",
                                                         (state.get("after") or {}).get("reasons") or [])
+        for key, notes in self._notes.items():
+            if notes:
+                result[key] = list(result.get(key) or []) + notes
         return dict(result, changed=self._changed, report=report, artifact=built["artifact"],
                     lines=self._lines + built["summary_lines"], clean=bool(state["clean"]), fail_msg=fail_msg,
                     lock=self._lock)

@@ -48,6 +48,22 @@ options:
     description: The controller host and user of the run, for the record a second run prints.
     type: str
     default: ""
+  run_pid:
+    description: The controller's ansible-playbook process of the run (recorded, with O(run_start_ticks), so that a
+      later run on the same controller can tell this run is gone).
+    type: int
+  run_start_ticks:
+    description: Its start time on the controller, clock ticks since boot.
+    type: int
+  break_pid:
+    description:
+      - (O(state=acquired)) The holder a run on the same controller judged stale (its run is gone there). It is
+        ended only when the kernel says it holds this lock (C(/proc/locks)) and it is still the process that started
+        at O(break_start_ticks); then the lock is taken as usual.
+    type: int
+  break_start_ticks:
+    description: The stale holder's start time, with O(break_pid).
+    type: int
   holder_pid:
     description: (O(state=released)) The holder's pid, as O(state=acquired) returned it.
     type: int
@@ -114,6 +130,10 @@ waited_for:
   description: Who held the lock while it waited (the last message), or null.
   type: str
   returned: when acquired
+broken:
+  description: What was done with O(break_pid) (ended, or nothing because the kernel does not name it the holder).
+  type: str
+  returned: when acquired
 released:
   description: Whether a holder was ended (O(state=released)).
   type: bool
@@ -146,16 +166,11 @@ def write_metrics(path, text):
     os.replace(tmp, path)
 
 
-def hold(fd, ready_w, record, deadline, connection):
+def hold(fd, deadline, connection):
     """The holder process: keeps the flock on ``fd`` until SIGTERM, its lease or the connection's end."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        rl.write_record(fd, record)
-        os.write(ready_w, (json.dumps({"pid": record["pid"], "start_ticks": record["start_ticks"]}) + "\n").encode())
-    finally:
-        os.close(ready_w)
     while not stop and time.time() < deadline:
         if connection and not rl.same_process(connection[0], connection[1]):
             break
@@ -166,10 +181,26 @@ def hold(fd, ready_w, record, deadline, connection):
         pass
 
 
-def spawn_holder(module, fd, vmid, lease_s):
-    """Fork the holder (twice, in a session of its own, so that it outlives this module call) and wait for it to
-    say it wrote its record."""
-    p = module.params
+def holder_main(path, p, ready_w, connection):
+    """In the holder (its own session, outliving the module call): take the lock, waiting up to O(wait_s), so that
+    the kernel names this process its holder (/proc/locks); say how it went on ``ready_w``; keep it."""
+    fd, info = rl.acquire(path, p["wait_s"])
+    if fd is None:
+        os.write(ready_w, (json.dumps(dict(info, acquired=False)) + "\n").encode())
+        os.close(ready_w)
+        return
+    me = os.getpid()
+    record = rl.holder_record(me, rl.start_ticks(me), "recover ladder", p["vmid"], p["playbook"], p["controller"],
+                              lease_until=time.time() + p["lease_s"],
+                              run={"pid": p["run_pid"], "start_ticks": p["run_start_ticks"]})
+    rl.write_record(fd, record)
+    os.write(ready_w, (json.dumps(dict(info, acquired=True, pid=me, start_ticks=record["start_ticks"])) + "\n").encode())
+    os.close(ready_w)
+    hold(fd, time.time() + p["lease_s"], connection)
+
+
+def spawn_holder(p, path):
+    """Fork the holder (twice, in a session of its own) and wait for its word: the lock taken, or refused."""
     connection = rl.connection_process()
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -183,35 +214,47 @@ def spawn_holder(module, fd, vmid, lease_s):
             null = os.open(os.devnull, os.O_RDWR)
             for std in (0, 1, 2):
                 os.dup2(null, std)
-            low = 3
-            for keep in sorted((fd, ready_w)):
-                os.closerange(low, keep)
-                low = keep + 1
-            os.closerange(low, 1024)
-            me = os.getpid()
-            record = rl.holder_record(me, rl.start_ticks(me), "recover ladder", vmid, p["playbook"], p["controller"],
-                                      lease_until=time.time() + lease_s)
-            hold(fd, ready_w, record, time.time() + lease_s, connection)
+            os.closerange(3, ready_w)
+            os.closerange(ready_w + 1, 1024)
+            holder_main(path, p, ready_w, connection)
         finally:
             os._exit(0)
     os.close(ready_w)
     os.waitpid(pid, 0)
     data = b""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + p["wait_s"] + 30
     while time.monotonic() < deadline:
         ready, _, _ = select.select([ready_r], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             break
-        chunk = os.read(ready_r, 4096)
+        chunk = os.read(ready_r, 65536)
         if not chunk:
             break
         data += chunk
     os.close(ready_r)
-    os.close(fd)  # the holder keeps the open file description, and with it the lock
     try:
         return json.loads(data.decode() or "null")
     except ValueError:
         return None
+
+
+def end_stale_holder(path, pid, ticks):
+    """End the holder of a run that is gone (the controller's judgement), when the kernel says it holds the lock and
+    it is still that process; a message saying what was done."""
+    try:
+        with open("/proc/locks", "r", encoding="ascii", errors="replace") as handle:
+            holders = rl.flock_holders(path, handle.read())
+    except OSError:
+        holders = set()
+    if pid not in holders or not rl.same_process(pid, ticks):
+        return "pid %d does not hold %s (or is another process now): nothing ended" % (pid, path)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while rl.same_process(pid, ticks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if rl.same_process(pid, ticks):
+        os.kill(pid, signal.SIGKILL)
+    return "ended pid %d, which held %s for a run that is gone" % (pid, path)
 
 
 def main():
@@ -223,14 +266,18 @@ def main():
             lease_s=dict(type="int", default=3600),
             playbook=dict(type="str", default=""),
             controller=dict(type="str", default=""),
+            run_pid=dict(type="int"),
+            run_start_ticks=dict(type="int"),
+            break_pid=dict(type="int"),
+            break_start_ticks=dict(type="int"),
             holder_pid=dict(type="int"),
             holder_start_ticks=dict(type="int"),
             metrics_path=dict(type="path"),
             metrics_text=dict(type="str"),
             lock_dir=dict(type="path", default=rl.LOCK_DIR),
         ),
-        required_together=[("metrics_path", "metrics_text"), ("holder_pid", "holder_start_ticks")],
-        required_if=[("state", "released", ("holder_pid",))],
+        required_together=[("metrics_path", "metrics_text"), ("holder_pid", "holder_start_ticks"),
+                           ("break_pid", "break_start_ticks"), ("run_pid", "run_start_ticks")],
         supports_check_mode=False,
     )
     p = module.params
@@ -239,32 +286,35 @@ def main():
         if p["wait_s"] < 0 or p["lease_s"] < 1:
             raise rl.LockError("wait_s must be 0 or more and lease_s 1 or more seconds, got %d and %d"
                                % (p["wait_s"], p["lease_s"]))
-    except rl.LockError as exc:
+        os.makedirs(p["lock_dir"], mode=0o700, exist_ok=True)
+    except (rl.LockError, OSError) as exc:
         module.fail_json(msg=str(exc))
     if p["state"] == "released":
         if p["metrics_path"]:
             write_metrics(p["metrics_path"], p["metrics_text"])
         released = False
-        if rl.same_process(p["holder_pid"], p["holder_start_ticks"]):
+        if p["holder_pid"] is not None and rl.same_process(p["holder_pid"], p["holder_start_ticks"]):
             os.kill(p["holder_pid"], signal.SIGTERM)
             released = True
             deadline = time.monotonic() + 10
             while rl.same_process(p["holder_pid"], p["holder_start_ticks"]) and time.monotonic() < deadline:
                 time.sleep(0.05)
         module.exit_json(changed=False, path=path, released=released)
-    fd, info = rl.acquire(path, p["wait_s"])
-    if fd is None:
+    broken = None
+    if p["break_pid"] is not None:
+        broken = end_stale_holder(path, p["break_pid"], p["break_start_ticks"])
+    info = spawn_holder(p, path)
+    if not info:
+        module.fail_json(msg="the holder of %s did not start" % path, path=path)
+    if not info["acquired"]:
         module.fail_json(msg="Another recover run holds the ladder of CT %d on this node: %s. Waited %.0f s "
                              "(gpu_recover_lock_wait_s %d); run again once it has ended." % (
                                  p["vmid"], info["msg"], info["waited_s"], p["wait_s"]),
-                         path=path, holder=info.get("holder"), waited_s=info["waited_s"], refused=True)
-    holder = spawn_holder(module, fd, p["vmid"], p["lease_s"])
-    if not holder:
-        module.fail_json(msg="the holder of %s did not start" % path, path=path)
+                         path=path, holder=info.get("holder"), waited_s=info["waited_s"], refused=True, broken=broken)
     if p["metrics_path"]:
         write_metrics(p["metrics_path"], p["metrics_text"])
-    module.exit_json(changed=False, path=path, holder_pid=holder["pid"], holder_start_ticks=holder["start_ticks"],
-                     waited_s=info["waited_s"], waited_for=info.get("waited_for"))
+    module.exit_json(changed=False, path=path, holder_pid=info["pid"], holder_start_ticks=info["start_ticks"],
+                     waited_s=info["waited_s"], waited_for=info.get("waited_for"), broken=broken)
 
 
 if __name__ == "__main__":

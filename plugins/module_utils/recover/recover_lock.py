@@ -52,12 +52,49 @@ def reset_path(lock_dir: str = LOCK_DIR) -> str:
 
 def holder_record(pid: int, start_ticks: Optional[int], what: str, vmid: int, playbook: str = "",
                   controller: str = "", user: str = "", lease_until: Optional[float] = None,
-                  now: Optional[float] = None) -> dict[str, Any]:
-    """What the holder writes into the lock file (for the message of a second run only)."""
+                  now: Optional[float] = None, run: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """What the holder writes into the lock file: for the message of a second run, and (``run``: the controller's
+    ansible-playbook process, pid and start time, on the controller ``controller``) for a second run on the same
+    controller to tell that the run which took the lock is gone (stale_run)."""
+    run = run or {}
     return {"pid": int(pid), "start_ticks": start_ticks, "what": str(what)[:64], "vmid": int(vmid),
             "playbook": str(playbook)[:256], "controller": str(controller)[:128], "user": str(user)[:64],
             "since": round(time.time() if now is None else now, 1),
-            "lease_until": None if lease_until is None else round(float(lease_until), 1)}
+            "lease_until": None if lease_until is None else round(float(lease_until), 1),
+            "run_pid": run.get("pid"), "run_start_ticks": run.get("start_ticks")}
+
+
+def stale_run(record: Optional[Mapping[str, Any]], controller: str, alive: Callable[[Any, Any], bool]) -> bool:
+    """Whether the run that took a lock is gone, as a run on the same controller can tell: the record names this
+    controller (``controller``: user, host and boot) and its ansible-playbook process (pid and start time) is not
+    alive there (``alive``, the controller's own process table). A record from another controller, or without the
+    run, is never judged stale: its holder ends with its lease or its connection. The record only points at the run;
+    the holder a stale run leaves is then checked with the kernel (flock_holders) before it is ended."""
+    if not record or not controller or record.get("controller") != controller:
+        return False
+    pid, ticks = record.get("run_pid"), record.get("run_start_ticks")
+    if not isinstance(pid, int) or not isinstance(ticks, int):
+        return False
+    return not alive(pid, ticks)
+
+
+def flock_holders(path: str, proc_locks: str) -> set[int]:
+    """The pids that hold an flock on ``path``, from /proc/locks (proc(5)): the kernel's record, by the file's device
+    and inode; a waiter ("->") holds nothing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return set()
+    ident = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    out = set()
+    for line in proc_locks.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and "->" not in fields and fields[1] == "FLOCK" and fields[5] == ident:
+            try:
+                out.add(int(fields[4]))
+            except ValueError:
+                pass
+    return out
 
 
 def render(record: Mapping[str, Any]) -> str:
@@ -117,6 +154,17 @@ def connection_process(proc: str = "/proc") -> Optional[tuple[int, int]]:
     return (ppid, ticks) if ticks is not None else None
 
 
+def controller_id(boot_id_path: str = "/proc/sys/kernel/random/boot_id") -> str:
+    """This controller as a lock's record names it: user, host and boot (pids and start times are per boot)."""
+    try:
+        with open(boot_id_path, "r", encoding="ascii", errors="replace") as handle:
+            boot = handle.read().strip()[:36]
+    except OSError:
+        boot = ""
+    user = os.environ.get("USER") or str(os.getuid())
+    return "%s@%s%s" % (user, os.uname()[1], (" boot " + boot) if boot else "")
+
+
 def describe(record: Optional[Mapping[str, Any]], holder_alive: bool, path: str, now: float) -> str:
     """Who holds the lock at ``path``, for the message of a run that waits or is refused. ``holder_alive``: whether
     the recorded pid is still the process that started at the recorded time (same_process). The record only names
@@ -139,12 +187,12 @@ def describe(record: Optional[Mapping[str, Any]], holder_alive: bool, path: str,
 
 
 def decide(acquired: bool, elapsed_s: float, wait_s: float) -> str:
-    """``acquired``, ``wait`` (try again RETRY_S later) or ``refuse`` (the run's wait budget is spent)."""
+    """``acquired``, ``wait`` (try again at most RETRY_S later) or ``refuse`` (the run's wait budget is spent)."""
     if wait_s < 0:
         raise LockError("the wait for a lock must be 0 or more seconds, got %r" % (wait_s,))
     if acquired:
         return "acquired"
-    return "wait" if elapsed_s + RETRY_S <= wait_s else "refuse"
+    return "wait" if elapsed_s < wait_s else "refuse"
 
 
 def try_flock(fd: int) -> bool:
@@ -199,4 +247,4 @@ def acquire(path: str, wait_s: float, clock: Callable[[], float] = time.monotoni
         if verdict == "refuse":
             os.close(fd)
             return None, {"waited_s": round(elapsed, 1), "msg": held_by, "holder": record}
-        sleep(RETRY_S)
+        sleep(min(RETRY_S, max(wait_s - elapsed, 0.01)))
