@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The recovery ladder of one container in one task, the way ansible.builtin.reboot waits inside one task.
 
-Python decides every step (module_utils/recover_ladder.next_call and step, from recover_gate's verdicts); this
+Python decides every step (module_utils/recover/recover_ladder.next_call and step, from recover_gate's verdicts); this
 plugin only runs what they name through _execute_module (gpu_diagnose, gpu_recover_action, gpu_baseline, the node's
 lock), keeps the clock, writes the report on the controller before and after each action and at the end, and holds
 the node's lock on the container's ladder while it acts (module gpu_recover_lock, which also writes the metrics).
@@ -19,9 +19,9 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.metrics_textfile import MetricsError, recover_metrics
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_ladder as ladder
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.metrics_textfile import MetricsError, recover_metrics
 
 LOCK_MODULE = "inferops.gpu_inference.gpu_recover_lock"
 PCT = "/usr/sbin/pct"
@@ -359,7 +359,6 @@ class ActionModule(ActionBase):
                 res = self._module(call["module"], call["args"], task_vars, call["timeout_s"])
                 self._changed |= bool(res.get("changed"))
                 planned = res.get("planned")
-                self._say(["Planned targets: %s" % json.dumps(planned, sort_keys=True)])
         state = self._left(state, task_vars)
         built = self._report(state, finished=True)
         self._write_report(built)

@@ -152,7 +152,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
 
 
 def write_metrics(path, text):

@@ -12,7 +12,7 @@ here; the action plugin gpu_recover_ladder only runs the calls named. The durati
 the verdict, the report written to disk, the workflow artifact and the lines printed at the end are computed by
 ``build``.
 
-No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_recover_ladder_*.py and through the action
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/recover/test_recover_ladder_*.py and through the action
 plugin in tests/unit/plugins/action/test_gpu_recover_ladder.py.
 """
 

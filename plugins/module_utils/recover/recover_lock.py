@@ -14,7 +14,7 @@ and keeps it until it is released (the ladder's end), its lease runs out (the la
 connection it came from ends (a controller killed mid-ladder leaves no lock behind for longer than its connection).
 Rung 5's node lock is held by the reset itself (gpu_recover_action), for the reset only.
 
-No Ansible imports; unit-tested in tests/unit/plugins/module_utils/test_recover_lock.py.
+No Ansible imports; unit-tested in tests/unit/plugins/module_utils/recover/test_recover_lock.py.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import os
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.errors import InferopsError
+
 LOCK_DIR = "/run/inferops/locks"
 # Seconds between two tries of a lock that is held (the second run waits its budget, trying this often).
 RETRY_S = 0.5
@@ -33,7 +35,7 @@ RETRY_S = 0.5
 _RECORD_MAX = 4096
 
 
-class LockError(ValueError):
+class LockError(InferopsError):
     """A lock request that is not what this module expects (a bad name, a negative wait)."""
 
 

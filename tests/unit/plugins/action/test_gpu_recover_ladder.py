@@ -16,8 +16,8 @@ import pytest
 from ansible.errors import AnsibleConnectionFailure
 
 from ansible_collections.inferops.gpu_inference.plugins.action import gpu_recover_ladder as plugin
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_ladder as ladder
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
 
 DIAG = "inferops.gpu_inference.gpu_diagnose"
 ACT = "inferops.gpu_inference.gpu_recover_action"

@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node's recover locks (module_utils/recover_lock.py and module gpu_recover_lock), with real flocks and real
+"""The node's recover locks (module_utils/recover/recover_lock.py and module gpu_recover_lock), with real flocks and real
 processes: who holds a lock is read from the kernel (flock, the process table), never from the code under test."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_ladder as ladder
-from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_ladder as ladder
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
 from ansible_collections.inferops.gpu_inference.plugins.modules import gpu_recover_lock as lock_module
 
-COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(rl.__file__), "..", "..", "..", "..", ".."))
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(rl.__file__), "..", "..", "..", "..", "..", ".."))
 MODULE = lock_module.__file__
 
 
@@ -69,7 +69,7 @@ def test_a_lock_held_by_another_process_refuses_naming_it_and_is_free_once_it_en
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import os, sys, time
         sys.path.insert(0, %r)
-        from ansible_collections.inferops.gpu_inference.plugins.module_utils import recover_lock as rl
+        from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_lock as rl
         fd, info = rl.acquire(%r, 0)
         rl.write_record(fd, rl.holder_record(os.getpid(), rl.start_ticks(os.getpid()), "recover ladder", 129, "A"))
         print("held", flush=True)
@@ -182,7 +182,7 @@ def test_role_seconds_accepts_the_old_names_for_one_release():
 
 def test_the_seconds_defaults_are_the_roles():
     import yaml
-    path = os.path.join(os.path.dirname(rl.__file__), "..", "..", "roles", "gpu_recover", "defaults", "main.yml")
+    path = os.path.join(os.path.dirname(rl.__file__), "..", "..", "..", "roles", "gpu_recover", "defaults", "main.yml")
     with open(path) as handle:
         defaults = yaml.safe_load(handle)
     assert {k: defaults["gpu_recover_%s_s" % k] for k in ladder.SECONDS_SETTINGS} == ladder.DEFAULT_SECONDS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover_ladder import LadderError, build, start, step
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover.recover_ladder import LadderError, build, start, step
 
 
 def recover_step(state, event, result=None, t0=None, t1=None, name=None):
