@@ -103,8 +103,8 @@ class ActionModule(ActionBase):
         """The node's lock on the container's ladder, with the in-progress metrics. Held by another run: a run of
         this controller that is gone (recover_lock.stale_run) has its holder ended; else this run waits up to
         gpu_recover_lock_wait_s. ``contended`` says another run held it (what it left is diagnosed again)."""
-        built = self._report(dict(state, in_progress=state.get("in_progress") or {"rung": 0, "phase": "action",
-                                                                              "t0": time.time()}), finished=False)
+        progress = state.get("in_progress") or {"rung": 0, "phase": "action", "t0": time.time()}
+        built = self._report(dict(state, in_progress=progress), finished=False)
         wait_s = state["settings"]["lock_wait"]
         base = dict(vmid=state["vmid"], state="acquired", lease_s=ladder.lease_s(state), playbook=self._playbook,
                     controller=self._controller, **self._metrics(built))
@@ -355,7 +355,7 @@ class ActionModule(ActionBase):
                        "Budgets (s): %s; reboot %s" % (state["budgets"], "allowed" if state["settings"]["allow_reboot"]
                                                        else "reported only")])
             if state["climb"]:
-                call, _ = ladder.next_call(state)
+                call = ladder.next_call(state)[0]
                 res = self._module(call["module"], call["args"], task_vars, call["timeout_s"])
                 self._changed |= bool(res.get("changed"))
                 planned = res.get("planned")

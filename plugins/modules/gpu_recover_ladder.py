@@ -19,8 +19,8 @@ description:
     recorded at idle (M(inferops.gpu_inference.gpu_baseline)), the container started again, rung 6 reported or
     performed. Every step is decided in Python (module_utils C(recover_ladder.next_call) and C(step), from
     C(recover_gate)'s verdicts); this action only runs what they name.
-  - While it acts it holds the node's lock on the container's ladder (M(inferops.gpu_inference.gpu_recover_lock)):
-    a second run waits up to O(seconds.lock_wait_s), then diagnoses again, or refuses, naming the run that holds it.
+  - While it acts it holds the node's lock on the container's ladder (M(inferops.gpu_inference.gpu_recover_lock)),
+    and a second run waits up to C(lock_wait_s) of O(seconds), then diagnoses again, or refuses, naming the run that holds it.
     A container that is clean at rung 0 takes no lock and is not changed.
   - The JSON report is written on the controller under O(report_dir) before and after each action and at the end;
     the metrics file on the node when the lock is taken and when it is released.
@@ -149,7 +149,7 @@ planned:
   type: dict
   returned: check mode
 refused:
-  description: The node's lock stayed held by another run past the wait (with RV(msg) naming it).
+  description: The node's lock stayed held by another run past the wait (the message names it).
   type: bool
   returned: failure
 """

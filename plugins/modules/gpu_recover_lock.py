@@ -11,12 +11,12 @@ version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
-  - One ladder per container at a time on a node: O(state=acquired) takes an flock(2) on
+  - One ladder per container at a time on a node. O(state=acquired) takes an flock(2) on
     C(/run/inferops/locks/recover-ct-<vmid>.lock) and leaves a small holder process keeping it, because the ladder
     spans many module calls; O(state=released) ends that holder. The holder also ends when its lease
     (O(lease_s), the ladder's whole budget) runs out or when the connection it was taken through ends, so a
     controller killed mid-ladder does not keep the container locked.
-  - A lock that is held makes the call wait up to O(wait_s), then fail, saying who holds it (the holder's record:
+  - A lock that is held makes the call wait up to O(wait_s), then fail, saying who holds it (the holder's record,
     pid, start time, playbook, controller, for the message only; that the lock is held is the kernel's answer).
   - Used by the action plugin P(inferops.gpu_inference.gpu_recover_ladder#module); it also writes the run's metrics
     file (O(metrics_path)) in the same call, so the metrics cost no connection of their own.
@@ -169,7 +169,7 @@ def write_metrics(path, text):
 def hold(fd, deadline, connection):
     """The holder process: keeps the flock on ``fd`` until SIGTERM, its lease or the connection's end."""
     stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGTERM, lambda *args: stop.append(1))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while not stop and time.time() < deadline:
         if connection and not rl.same_process(connection[0], connection[1]):
@@ -224,7 +224,7 @@ def spawn_holder(p, path):
     data = b""
     deadline = time.monotonic() + p["wait_s"] + 30
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([ready_r], [], [], max(deadline - time.monotonic(), 0))
+        ready = select.select([ready_r], [], [], max(deadline - time.monotonic(), 0))[0]
         if not ready:
             break
         chunk = os.read(ready_r, 65536)

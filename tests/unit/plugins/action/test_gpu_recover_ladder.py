@@ -114,7 +114,7 @@ def report_of(tmp_path, suffix=""):
 
 def test_a_clean_container_takes_no_lock_and_changes_nothing(tmp_path):
     node = Node({DIAG: [diag(True, 0)], LOCK: [RELEASED]})
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert node.modules() == [(DIAG, None), (LOCK, "released")]
     # The release writes the metrics only: no holder was taken.
     assert "holder_pid" not in node.calls[1][1] and "inferops_recover_last_clean" in node.calls[1][1]["metrics_text"]
@@ -127,12 +127,12 @@ def test_rung_1_acts_once_under_the_lock_with_its_options_and_the_report_says_so
     path = os.path.join(str(tmp_path), "pve1", "recover-%d.json" % VMID)
     node = Node({DIAG: [diag(False, 1), diag(True, 0)], LOCK: [LOCKED, RELEASED],
                  ACT: [{"changed": True, "commands": [], "started_at": 1001.0, "planned": {}}]}, path)
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert node.modules() == [(DIAG, None), (LOCK, "acquired"), (ACT, "stop_service"), (DIAG, 1), (LOCK, "released")]
     acquire = node.calls[1][1]
     # Not contended: one call, no wait; the record names this run's ansible-playbook process (the worker's parent).
     assert acquire["wait_s"] == 0 and acquire["run_pid"] == os.getppid() and acquire["lease_s"] == ladder.lease_s(ladder.start(
-        VMID, "pve1", "", 0, "", dict({k: v for k, v in ladder.DEFAULT_SECONDS.items()}, record_baseline=False,
+        VMID, "pve1", "", 0, "", dict(ladder.DEFAULT_SECONDS, record_baseline=False,
                                       start_container=True, allow_reboot=False), {"samples": 2}))
     # The in-progress metrics go with the lock, the final ones with its release, to the holder it named.
     assert acquire["metrics_text"].strip().endswith("1") and "in_progress" in acquire["metrics_text"]
@@ -162,7 +162,7 @@ def refused(holder=None):
 
 def test_a_lock_held_by_another_run_refuses_saying_who_and_writes_nothing(tmp_path):
     node = Node({DIAG: [diag(False, 2)], LOCK: [refused(), refused()]})
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert out["failed"] is True and out["refused"] is True and "held by pid 77" in out["msg"]
     # A try, then the wait of gpu_recover_lock_wait_s; nothing acted, nothing written.
     assert node.modules() == [(DIAG, None), (LOCK, "acquired"), (LOCK, "acquired")]
@@ -184,7 +184,7 @@ def test_the_holder_of_a_run_gone_from_this_controller_is_ended_and_the_lock_tak
     gone = dict(OTHER, controller=rl.controller_id(), run_pid=2 ** 22 + 7, run_start_ticks=1)
     node = Node({DIAG: [diag(False, 1), diag(False, 1), diag(True, 0)], LOCK: [refused(gone), LOCKED, RELEASED],
                  ACT: [{"changed": True, "commands": [], "started_at": 1001.0, "planned": {}}]})
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert (node.calls[2][1]["break_pid"], node.calls[2][1]["break_start_ticks"]) == (77, 5)
     assert node.modules()[3:] == [(DIAG, None), (ACT, "stop_service"), (DIAG, 1), (LOCK, "released")]
     assert out["clean"] is True and out["fail_msg"] is None
@@ -202,14 +202,14 @@ def test_the_deprecated_name_is_used_with_a_warning_naming_the_new_one(tmp_path)
 def test_both_names_set_differently_is_an_error_before_anything_runs(tmp_path):
     node = Node({})
     seconds = dict(role_args(tmp_path)["seconds"], term_grace_s=20)
-    out, _ = run_plugin(role_args(tmp_path, seconds=seconds), node, task_vars={"gpu_recover_term_grace": 3})
+    out = run_plugin(role_args(tmp_path, seconds=seconds), node, task_vars={"gpu_recover_term_grace": 3})[0]
     assert out["failed"] is True and "set only gpu_recover_term_grace_s" in out["msg"] and node.calls == []
 
 
 def test_check_mode_plans_the_first_rung_takes_no_lock_and_writes_the_check_report(tmp_path):
     node = Node({DIAG: [diag(False, 1)],
                  ACT: [{"changed": True, "planned": {"commands": ["systemctl disable --now -- sglang.service"]}}]})
-    out, _ = run_plugin(role_args(tmp_path), node, check=True)
+    out = run_plugin(role_args(tmp_path), node, check=True)[0]
     assert node.modules() == [(DIAG, None), (ACT, "stop_service")]
     assert out["changed"] is True and out["planned"] == {"commands": ["systemctl disable --now -- sglang.service"]}
     assert any(line.startswith("Would start at rung 1 (stop_service)") for line in out["lines"])
@@ -220,7 +220,7 @@ def test_a_connection_lost_during_an_action_leaves_an_interrupted_report_and_rel
     node = Node({DIAG: [diag(False, 4)], LOCK: [LOCKED, RELEASED],
                  ACT: [AnsibleConnectionFailure("ssh: connection reset")],
                  CMD: [{"rc": 0, "stdout": "status: stopped\n"}, {"rc": 255, "stdout": ""}]})
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert node.modules()[-1] == (LOCK, "released") and node.calls[-1][1]["holder_pid"] == 4242
     final = report_of(tmp_path)
     assert final["verdict"] == "Not clean" and final["interrupted"]["msg"].endswith("ssh: connection reset")
@@ -235,7 +235,7 @@ def test_rungs_climb_up_to_the_reset_and_the_container_is_started_again(tmp_path
                  ACT: [{"changed": True, "container_was_running": True, "commands": [], "started_at": 1.0},
                        {"changed": True, "commands": [], "started_at": 2.0, "reset": [{"gpus": [0], "ok": True}]}],
                  CMD: [{"rc": 0, "stdout": "", "stderr": ""}]})
-    out, _ = run_plugin(role_args(tmp_path), node)
+    out = run_plugin(role_args(tmp_path), node)[0]
     assert node.modules() == [(DIAG, None), (LOCK, "acquired"), (ACT, "stop_container"), (DIAG, 4),
                               (ACT, "reset_gpus"), (DIAG, 5), (CMD, None), (DIAG, 5), (LOCK, "released")]
     assert node.calls[6][1]["argv"][-2:] == ["start", str(VMID)]
@@ -251,5 +251,5 @@ def test_rungs_climb_up_to_the_reset_and_the_container_is_started_again(tmp_path
 ])
 def test_bad_settings_are_refused_before_any_call(tmp_path, bad, message):
     node = Node({})
-    out, _ = run_plugin(role_args(tmp_path, **bad), node)
+    out = run_plugin(role_args(tmp_path, **bad), node)[0]
     assert out["failed"] is True and message in out["msg"] and node.calls == []

@@ -21,8 +21,6 @@ def recover_report(raw):
     return build(raw)
 
 
-
-
 BEFORE = {"verdict": "Not clean", "reasons": ["GPU 0: 1 compute app(s)"], "recommended_rung": 1,
           "rung_reason": "the service is active", "notes": [], "evidence": {"x": 1}, "kernel_cursor": 7}
 

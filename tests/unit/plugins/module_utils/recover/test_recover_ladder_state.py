@@ -20,8 +20,6 @@ def recover_report(raw):
     return build(raw)
 
 
-
-
 SETTINGS = {"service_stop_timeout": 90, "service_poll_timeout": 60, "term_grace": 10, "kill_wait": 60,
             "kill_poll_timeout": 60, "stuck_timeout": 60, "container_shutdown_timeout": 60,
             "container_stop_timeout": 90, "container_poll_timeout": 60, "reset_timeout": 180,
