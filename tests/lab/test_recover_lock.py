@@ -87,8 +87,9 @@ def ct():
     assert rc == 0 and os.path.exists(BASELINE), output(reports, "baseline")[-3000:]
     yield VMID
     t.ct_destroy(VMID)
-    if os.path.exists(BASELINE):
-        os.unlink(BASELINE)
+    for path in (BASELINE, LOCK):
+        if os.path.exists(path):
+            os.unlink(path)
     metrics = "/var/lib/prometheus/node-exporter/inferops_recover_%d.prom" % VMID
     if os.path.exists(metrics):
         os.unlink(metrics)
