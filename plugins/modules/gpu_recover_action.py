@@ -244,6 +244,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import vmid_problem
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import bounded_command
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import gpu_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_daemons as rd
@@ -847,8 +848,8 @@ def main():
         supports_check_mode=True,
     )
     vmid = module.params["vmid"]
-    if vmid < 100:
-        module.fail_json(msg="vmid must be a Proxmox VE guest ID (100 or more), got %d" % vmid)
+    if vmid_problem(vmid):
+        module.fail_json(msg="vmid %s" % vmid_problem(vmid))
     if module.params["service"] is not None and unit_name_message("service", module.params["service"]):
         module.fail_json(msg=unit_name_message("service", module.params["service"]))
     smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=["/usr/bin", "/usr/local/bin"])

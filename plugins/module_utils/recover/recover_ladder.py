@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover import recover_gate as gate
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import report_artifact
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import vmid_problem
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.errors import InferopsError
 
 
@@ -270,9 +271,9 @@ def _seconds(value: Any, what: str) -> int:
     try:
         out = int(float(value))
     except (TypeError, ValueError) as exc:
-        raise LadderError("gpu_recover_%s must be a number of seconds, got %r" % (what, value)) from exc
+        raise LadderError("gpu_recover_%s_s must be a number of seconds, got %r" % (what, value)) from exc
     if out < 0:
-        raise LadderError("gpu_recover_%s must be 0 or more seconds, got %r" % (what, value))
+        raise LadderError("gpu_recover_%s_s must be 0 or more seconds, got %r" % (what, value))
     return out
 
 
@@ -315,11 +316,11 @@ def start(vmid: Any, node: str, started_at: str, t_start: Any, pct_status: str,
         if key not in clean_settings:
             clean_settings[key] = _seconds(settings.get(key, DEFAULT_SECONDS[key]), key)
     if clean_settings["poll_sample_interval"] < 1:
-        raise LadderError("gpu_recover_poll_sample_interval must be at least 1 second")
-    try:
-        vmid = int(vmid)
-    except (TypeError, ValueError) as exc:
-        raise LadderError("vmid must be an integer, got %r" % (vmid,)) from exc
+        raise LadderError("gpu_recover_poll_sample_interval_s must be at least 1 second")
+    problem = vmid_problem(vmid)
+    if problem:
+        raise LadderError("gpu_recover_vmid (recover_vmid) %s" % problem)
+    vmid = int(vmid)
     reset_command_s = gate.reset_command_timeout_s(clean_settings)
     # gpu_recover_action's options for every acting rung (the module takes the ones its action uses).
     action_args = {"term_grace": clean_settings["term_grace"], "wait": clean_settings["kill_wait"],

@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.errors import InferopsError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import vmid_problem
 
 LOCK_DIR = "/run/inferops/locks"
 # Seconds between two tries of a lock that is held (the second run waits its budget, trying this often).
@@ -41,10 +42,9 @@ class LockError(InferopsError):
 
 def ladder_path(vmid: int, lock_dir: str = LOCK_DIR) -> str:
     """The lock of one container's ladder."""
-    vmid = int(vmid)
-    if vmid < 100:
-        raise LockError("vmid must be a Proxmox VE guest ID (100 or more), got %d" % vmid)
-    return os.path.join(lock_dir, "recover-ct-%d.lock" % vmid)
+    if vmid_problem(vmid):
+        raise LockError("vmid %s" % vmid_problem(vmid))
+    return os.path.join(lock_dir, "recover-ct-%d.lock" % int(vmid))
 
 
 def reset_path(lock_dir: str = LOCK_DIR) -> str:

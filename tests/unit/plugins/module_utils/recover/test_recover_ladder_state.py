@@ -137,14 +137,20 @@ def test_a_daemon_left_down_by_the_reset_is_kept_until_the_report():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"kill_wait": "soon"}, "gpu_recover_kill_wait must be a number of seconds"),
-    ({"term_grace": -1}, "gpu_recover_term_grace must be 0 or more"),
+    ({"kill_wait": "soon"}, "gpu_recover_kill_wait_s must be a number of seconds"),
+    ({"term_grace": -1}, "gpu_recover_term_grace_s must be 0 or more"),
     ({"allow_reboot": "maybe"}, "gpu_recover_allow_reboot must be true or false"),
-    ({"poll_sample_interval": 0}, "poll_sample_interval must be at least 1"),
+    ({"poll_sample_interval": 0}, "poll_sample_interval_s must be at least 1"),
 ])
 def test_bad_settings_are_named(bad, match):
     with pytest.raises((LadderError, KeyError, TypeError, ValueError), match=match):
         begin(**bad)
+
+
+@pytest.mark.parametrize("vmid", ["99", 0, "abc", 1000000000, True, None])
+def test_a_vmid_outside_the_proxmox_range_is_refused_before_anything(vmid):
+    with pytest.raises(LadderError, match=r"gpu_recover_vmid \(recover_vmid\) must be"):
+        start(vmid, "pve1", "2026-12-02T06:00:00Z", 100.0, "status: running\n", SETTINGS)
 
 
 def test_an_unknown_event_is_refused():

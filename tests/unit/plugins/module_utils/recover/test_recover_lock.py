@@ -239,3 +239,10 @@ def test_the_module_ends_a_stale_holder_only_when_the_kernel_names_it(tmp_path):
         bystander.wait()
         wrapper.kill()
         wrapper.wait()
+
+
+@pytest.mark.parametrize("vmid", [99, "x", 1000000000])
+def test_no_lock_path_for_a_vmid_outside_the_proxmox_range(vmid, tmp_path):
+    with pytest.raises(rl.LockError, match="vmid must be"):
+        rl.ladder_path(vmid, str(tmp_path))
+    assert os.listdir(str(tmp_path)) == []
