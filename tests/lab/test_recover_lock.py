@@ -18,9 +18,8 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu"))
-import testlib as t  # noqa: E402
-from conftest import REPO, wait_running_systemd  # noqa: E402
+from gpu import testlib as t
+from conftest import REPO, wait_running_systemd
 
 pytestmark = [t.needs_root, pytest.mark.skipif(not t.container_available(),
                                                 reason="the lab's pct and container template are not installed")]
