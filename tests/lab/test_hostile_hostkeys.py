@@ -255,7 +255,8 @@ def _run_install_probe(p, version: str, ct_version: str, launch_result: dict, **
 
 def _installer_plan(version: str, sha256: str) -> dict:
     return {"install": {"remake_venv": False, "pip": False, "user": False},
-            "supply": {"installer": {"needed": True, "file": f"NVIDIA-Linux-x86_64-{version}.run", "sha256": sha256},
+            "supply": {"installer": {"needed": True, "file": f"NVIDIA-Linux-x86_64-{version}.run", "sha256": sha256,
+                                     "source": "node"},
                        "pip": {"requirements": ""}}}
 
 
@@ -308,7 +309,7 @@ def test_pip_require_hashes_refuses_a_tampered_wheel(ct184, probe):
     hashes = {f"sglang=={version}": [_sha256(f"{WHEELS}/sglang-{version}-py3-none-any.whl")],
               "setproctitle==%s" % spt[0].split("-")[1]: [_sha256(f"{WHEELS}/{f}") for f in spt]}
     plan = {"install": {"remake_venv": True, "pip": True, "user": False},
-            "supply": {"installer": {"needed": False, "file": "", "sha256": ""},
+            "supply": {"installer": {"needed": False, "file": "", "sha256": "", "source": ""},
                        "pip": {"requirements": supply_chain.requirements(version, [], hashes)}}}
     node_version = _node_driver_version()
     venv = "/opt/inferops-hk/venv"
