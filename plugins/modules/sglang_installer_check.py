@@ -15,11 +15,6 @@ description:
   - Before the installer runs as root in the container, its sha256 as read there must be the one the inventory gives
     (C(sglang_server_nvidia_installer_sha256)); after it ran, nvidia-smi in the container must report the node's
     driver version (C(module_utils/deploy/supply_chain.py)).
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   expected_sha256:
     description: (before) The sha256 M(inferops.gpu_inference.sglang_launch) returned for the installer.
@@ -38,7 +33,7 @@ options:
     type: str
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

@@ -16,11 +16,6 @@ description:
     it sees it, the node's GPUs, the exact argv of the unit, what the start guard must see, the bounds verify checks,
     the memory tool's C(verify) arguments (the server's info path by release, C(module_utils/sizing/hicache_releases.py)); the
     install steps preflight's read calls for, and where the software comes from (C(module_utils/deploy/supply_chain.py)).
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   request:
     description: The C(request) M(inferops.gpu_inference.sglang_request) returned.
@@ -50,7 +45,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

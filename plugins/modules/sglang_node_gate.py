@@ -15,11 +15,6 @@ description:
   - The node's hardware as the inventory declares it against what was read on the node (C(module_utils/host/node_facts.py)),
     then every container the inventory places on the node planned together against its RAM and GPUs
     (C(module_utils/sizing/node_plan.py)). A node that does not fit is refused with the table of who commits what.
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   requests:
     description: Inventory host name -> the C(request) M(inferops.gpu_inference.sglang_request) returned for it.
@@ -64,7 +59,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

@@ -17,11 +17,6 @@ description:
     policy, port), the extra arguments. Runs in the container host's variable context without connecting to it, so that
     the node play can refuse a plan before it changes anything.
   - A blank role setting among the extra variables (an unanswered survey question) is said as a warning.
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   settings:
     description: The role's settings, see the role C(sglang_server)'s argument specs (entry point C(plan_request)).
@@ -29,7 +24,7 @@ options:
     required: true
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

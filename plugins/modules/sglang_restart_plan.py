@@ -17,11 +17,6 @@ description:
     restarts whole - when another of its containers in this run restarts, so does this one (C(module_utils/deploy/sglang_deploy.py)
     C(server_restart)). The other containers' comparisons are read from the run's results of the task named by
     O(members_register).
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   compare:
     description: This container's comparison (the command's stdout, one JSON object).
@@ -41,7 +36,7 @@ options:
     type: str
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

@@ -15,11 +15,6 @@ description:
   - What runs (the server's own arguments on node rank 0, the memory its ranks pinned, the unit's memory) compared with
     the launch (C(module_utils/deploy/sglang_deploy.py) C(verify)), and the overhead the server shows next to what the plan
     budgets.
-  - Like every action of the deploy, refuses extra variables (C(-e), survey answers) the run's entry playbook does not
-    document (M(inferops.gpu_inference.extra_vars_check)'s allow-list) and private names of the roles' or playbooks'
-    form (C(__sglang_server_*), C(__pve_gpu_container_*), ...) set in the inventory for the host.
-  - Runs on the controller and contacts nothing. Used by the roles C(sglang_server) and C(pve_gpu_container); not
-    meant to be called by playbooks directly.
 options:
   launch:
     description: The C(launch) M(inferops.gpu_inference.sglang_launch) returned.
@@ -42,7 +37,7 @@ options:
     default: 0.1
 extends_documentation_fragment:
   - inferops.gpu_inference.attributes
-  - inferops.gpu_inference.attributes.compute
+  - inferops.gpu_inference.deploy_stage
 """
 
 EXAMPLES = r"""

@@ -268,12 +268,13 @@ def _bool(value: Any, what: str) -> bool:
 
 
 def _seconds(value: Any, what: str) -> int:
+    what = what if what.endswith("_s") else what + "_s"   # the setting's name, with its unit
     try:
         out = int(float(value))
     except (TypeError, ValueError) as exc:
-        raise LadderError("gpu_recover_%s_s must be a number of seconds, got %r" % (what, value)) from exc
+        raise LadderError("gpu_recover_%s must be a number of seconds, got %r" % (what, value)) from exc
     if out < 0:
-        raise LadderError("gpu_recover_%s_s must be 0 or more seconds, got %r" % (what, value))
+        raise LadderError("gpu_recover_%s must be 0 or more seconds, got %r" % (what, value))
     return out
 
 
