@@ -7,13 +7,14 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_launch
-short_description: Plan the launch of SGLang in one container, from the container's own view
+short_description: Launch the size the node issued for one container, checked in the container's own view
 version_added: "0.1.0"
 author:
   - inferops team (@inferops)
 description:
-  - The plan for the value actually launched (C(module_utils/deploy/sglang_deploy.py) C(launch)) - the container's memory as
-    it sees it, the node's GPUs, the exact argv of the unit, what the start guard must see, the bounds verify checks,
+  - The plan for the value actually launched (C(module_utils/deploy/sglang_deploy.py) C(launch)) - the per-rank size the
+    node's gate issued (C(node_state.node_plan)), checked against the container's memory as it sees it, which may lower
+    that size but never raise it (its view does not see the node's other tenants), the node's GPUs, the exact argv of the unit, what the start guard must see, the bounds verify checks,
     the memory tool's C(verify) arguments (the server's info path by release, C(module_utils/sizing/hicache_releases.py)); the
     install steps preflight's read calls for, and where the software comes from (C(module_utils/deploy/supply_chain.py)).
 options:
@@ -22,7 +23,8 @@ options:
     type: dict
     required: true
   node_state:
-    description: What the node play found and planned for the container (driver version, GPUs, memory limit).
+    description: What the node play found and planned for the container (driver version, GPUs, memory limit, and
+      C(node_plan), the gate's plan whose C(per_rank_gb) is the size issued; without it the launch is refused).
     type: dict
     required: true
   container:

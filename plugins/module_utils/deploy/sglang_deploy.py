@@ -14,8 +14,8 @@ Stages, each called once per play by the action plugin ``inferops.gpu_inference.
     On the PVE node, before any change: the container's GPUs exist, the layout uses exactly them, its
     memory limit leaves the node its reserve, and the HiCache plan fits the declared limit.
 ``launch(request, node_state, container_facts)``
-    In the container, for the value actually launched: the plan from the container's own view, the
-    exact argv of the unit, what the start guard must see, and the bounds verify checks.
+    In the container: the size the node issued, checked in the container's own view (which may lower it,
+    never raise it), the exact argv of the unit, what the start guard must see, and the bounds verify checks.
 ``verify(launch, running, measure)``
     What runs compared with the launch: the server's own arguments and the memory its ranks pinned.
 ``calculate(plan_input, ...)``
@@ -266,8 +266,19 @@ def _check_port(port: int, ct: Mapping[str, Any], yours: Sequence[int] = ()) -> 
                               % (port, who))
 
 
+def issued_size_gb(node_state: Mapping[str, Any]) -> int:
+    """The per-rank size the node's gate planned and committed for this container (its entry's ``node_plan``)."""
+    issued = (node_state.get("node_plan") or {}).get("per_rank_gb") if isinstance(node_state, Mapping) else None
+    if isinstance(issued, bool) or not str(issued if issued is not None else "").strip().isdigit() or int(issued) < 1:
+        raise DeployError("the node play issued no HiCache size for this container (its node_plan.per_rank_gb is %s): "
+                          "run playbooks/deploy.yml, whose node play plans each container before the container play"
+                          % clip(issued, SHOWN))
+    return int(issued)
+
+
 def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[str, Any], paths: Mapping[str, str]) -> Dict[str, Any]:
-    """The plan for the value actually launched, from the container's own view, and everything that follows."""
+    """The launch of the size the node issued (``node_state.node_plan``), checked in the container's own view and
+    lowered when that view holds less, and everything that follows (argv, guard, bounds)."""
     layout = req["layout"]
     service = req["service"]
     gpu_nodes = sorted(p for p in ct.get("device_paths") or [] if re.fullmatch(r"/dev/nvidia\d+", p))
@@ -290,10 +301,24 @@ def launch(req: Mapping[str, Any], node_state: Mapping[str, Any], ct: Mapping[st
              "mem_limit_bytes": limit, "gpu_count": len(gpu_nodes),
              "gpu_memory_mib": min(int(g["memory_total_mib"]) for g in node_state["gpus"])}
     # What a running SGLang holds is added back: the plan is for the container without it.
-    plan = _host_plan(req, facts, ranks, held_bytes=int(ct.get("unit_held_bytes") or 0))
-    plan["warnings"] = list(req.get("notes") or []) + list(plan.get("warnings") or [])
+    held = int(ct.get("unit_held_bytes") or 0)
+    plan = _host_plan(req, facts, ranks, held_bytes=held)
     if not plan["fits"]:
         _refuse_plan("Refused: the HiCache plan does not fit this container; nothing was changed.", plan)
+    # The node issued the size (its gate planned it against the node's MemAvailable and committed it in the node's
+    # budget). The container's own view (lxcfs) does not see the node's other tenants, so it may lower that size, never
+    # raise it: a larger one would pin memory the node's plan gave to no one.
+    issued_gb = issued_size_gb(node_state)
+    notes = list(req.get("notes") or [])
+    if int(plan["per_rank_gb"]) > issued_gb:
+        own_gb = int(plan["per_rank_gb"])
+        plan = _host_plan(req, dict(facts, requested_gb=issued_gb), ranks, held_bytes=held)
+        if not plan["fits"]:
+            _refuse_plan("Refused: the %d GB per rank the node issued does not fit this container; nothing was changed."
+                         % issued_gb, plan)
+        notes.append("--hicache-size %d: the size the node issued from its MemAvailable (this container's own view "
+                     "alone would allow %d GB per rank; it does not see the node's other tenants)" % (issued_gb, own_gb))
+    plan["warnings"] = notes + list(plan.get("warnings") or [])
     size = int(plan["per_rank_gb"])
 
     host = service["host"] or _primary_address(ct.get("addresses") or [])

@@ -61,7 +61,7 @@ def gate(run, req, memory_gib=200):
 def launch(run, req, gate_result, **container):
     g = gate_result["node_plan"]["gates"]["ct129"]
     node_state = {"driver_version": "580.95.05", "memory_limit_bytes": g["memory_limit_bytes"], "gpus": g["gpus"],
-                  "node_host": "pve1", "vmid": 129}
+                  "node_host": "pve1", "vmid": 129, "node_plan": g["plan"]}
     ct = {"device_paths": ["/dev/nvidia%d" % i for i in range(4)], "mem_total_bytes": 200 * GIB,
           "mem_available_bytes": 196 * GIB, "cgroup_memory_limit_bytes": 200 * GIB, "unit_held_bytes": 0,
           "addresses": ["2: eth0    inet 10.77.0.129/24 scope global eth0"], "declared_driver_version": "",

@@ -39,7 +39,7 @@ def req(**overrides):
 
 def node_state(gate):
     return {"driver_version": "580.95.05", "memory_limit_bytes": gate["memory_limit_bytes"], "gpus": gate["gpus"],
-            "node_host": "pve1", "vmid": 129}
+            "node_host": "pve1", "vmid": 129, "node_plan": gate["plan"]}
 
 
 def ct_facts(**overrides):
@@ -266,6 +266,40 @@ def test_launch_uses_the_tighter_of_cgroup_and_declared_limits():
                                                    mem_available_bytes=196 * GIB), PATHS)
     assert tight["memory_limit_bytes"] == 200 * GIB
     assert tight["hicache_size_gb"] < loose["hicache_size_gb"]
+
+
+def test_launch_never_exceeds_the_size_the_node_issued():
+    # Another tenant holds most of the node: its MemAvailable is 200 of 449 GiB. The container's own view (lxcfs:
+    # 416 of its 420 GiB limit free) does not see that; the node's gate does, and its size is what launches.
+    r = req()
+    gate = d.node_gate(r, dict(NODE, mem_available_bytes=200 * GIB), CONTAINER, 4 * GIB)
+    roomy = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    own = d.launch(r, node_state(roomy), ct_facts(), PATHS)["hicache_size_gb"]
+    ln = d.launch(r, node_state(gate), ct_facts(), PATHS)
+    assert gate["per_rank_gb"] < own
+    assert ln["hicache_size_gb"] == gate["per_rank_gb"]
+    assert ln["argv"][ln["argv"].index("--hicache-size") + 1] == str(gate["per_rank_gb"])
+    # What it may pin stays within what the node committed for it.
+    assert ln["bounds"]["ceiling_bytes"] <= gate["plan"]["ceiling_bytes"]
+    assert any("the size the node issued" in w and "would allow %d GB" % own in w for w in ln["plan"]["warnings"])
+
+
+def test_launch_takes_the_containers_tighter_view_below_the_issued_size():
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    ln = d.launch(r, node_state(gate), ct_facts(mem_available_bytes=300 * GIB), PATHS)
+    assert 1 <= ln["hicache_size_gb"] < gate["per_rank_gb"]
+    assert not any("the size the node issued" in w for w in ln["plan"]["warnings"])
+
+
+@pytest.mark.parametrize("issued", [None, 0, "", "x", True, -3])
+def test_launch_without_a_size_issued_by_the_node_is_refused(issued):
+    r = req()
+    gate = d.node_gate(r, NODE, CONTAINER, 4 * GIB)
+    state = node_state(gate)
+    state["node_plan"] = None if issued is None else dict(gate["plan"], per_rank_gb=issued)
+    with pytest.raises(rq.DeployError, match="the node play issued no HiCache size"):
+        d.launch(r, state, ct_facts(), PATHS)
 
 
 def test_launch_refuses_device_nodes_that_do_not_match():
