@@ -28,7 +28,10 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("INFEROPS_REPORT_DIR", os.path.join(ROOT, "reports"))
 LABCTL = os.path.join(ROOT, "tests", "lab", "labctl")
 VMID = 129
-START = "pct exec %d -- systemctl enable --now sglang.service && sleep 6" % VMID
+# The unit's StartLimitBurst (3 starts in 600 s) would refuse the fifth start of a --repeat run: each start here is
+# deliberate, so its counter is reset first (as the role's restart does).
+START = ("pct exec %d -- systemctl reset-failed sglang.service 2>/dev/null; pct exec %d -- systemctl enable --now sglang.service "
+         "&& sleep 6" % (VMID, VMID))
 FAULTS = {
     "service-running": {"setup": START},
     "sigterm-ignored": {"setup": START + " && %s fault inject sigterm-ignored --vmid %d" % (LABCTL, VMID),
