@@ -14,7 +14,8 @@ author:
 description:
   - The plan for the value actually launched (C(module_utils/deploy/sglang_deploy.py) C(launch)) - the per-rank size the
     node's gate issued (C(node_state.node_plan)), checked against the container's memory as it sees it, which may lower
-    that size but never raise it (its view does not see the node's other tenants), the node's GPUs, the exact argv of the unit, what the start guard must see, the bounds verify checks,
+    that size but never raise it (its view does not see the node's other tenants), the node's GPUs, the exact argv of
+    the unit, what the start guard must see, the bounds verify checks,
     the memory tool's C(verify) arguments (the server's info path by release, C(module_utils/sizing/hicache_releases.py)); the
     install steps preflight's read calls for, and where the software comes from (C(module_utils/deploy/supply_chain.py)).
 options:
