@@ -125,6 +125,39 @@ def test_pinned_memory_is_the_plans():
         assert 0.9 * planned <= held <= planned + 0.5 * GB
 
 
+def _textfile(path: str) -> dict:
+    """A node_exporter textfile read independently of the collection's writer: name{labels} value, comments skipped."""
+    out = {}
+    for line in NODE.file(path).content_string.splitlines():
+        if line and not line.startswith("#"):
+            m = re.fullmatch(r'(\w+)\{([^}]*)\} (\S+)', line)
+            assert m, line
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            out[m.group(1)] = (labels, float(m.group(3)))
+    return out
+
+
+def test_deploy_metrics_written_on_the_node():
+    """deploy.yml's node play writes inferops_deploy_129.prom after the container play: root's, 0644, labelled with
+    the container and its node, the planned bytes those of the unit's launch record, the measured ones what the ranks
+    hold, written after the container's configuration and after the figures were taken."""
+    path = f"/var/lib/prometheus/node-exporter/inferops_deploy_{VMID}.prom"
+    f = NODE.file(path)
+    assert f.is_file and f.user == "root" and f.mode == 0o644
+    metrics = _textfile(path)
+    assert all(labels == {"vmid": str(VMID), "node": "pve1", "host": "ct129"} for labels, _ in metrics.values()), metrics
+    assert metrics["inferops_deploy_verify_ok"][1] == 1 and metrics["inferops_deploy_node_plan_fits"][1] == 1
+    launch = json.loads(pct("cat", "/etc/sglang/launch.json"))
+    planned = launch["plan"]["total_pinned_bytes"]
+    assert metrics["inferops_deploy_planned_pinned_bytes"][1] == planned
+    held = sum(p[2] for p in unit_processes() if p[3].startswith("sglang::scheduler"))
+    assert 0.9 * planned <= metrics["inferops_deploy_measured_pinned_bytes"][1] <= planned + GB
+    assert abs(metrics["inferops_deploy_measured_pinned_bytes"][1] - held) <= 0.5 * GB, (metrics, held)
+    written = f.mtime.timestamp()
+    assert 0 <= written - metrics["inferops_deploy_timestamp_seconds"][1] < 600
+    assert written >= float(pct("stat", "-c", "%Y", "/etc/sglang/launch.json").strip())
+
+
 def test_baseline_recorded():
     base = json.loads(NODE.file(f"/var/lib/inferops/baseline/{VMID}.json").content_string)
     assert base["vmid"] == VMID and base["service"] == "sglang.service"
