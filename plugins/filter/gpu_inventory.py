@@ -32,6 +32,13 @@ options:
     description: C(groups) (each group's hosts; C(all) every host).
     type: dict
     required: true
+  containers:
+    description:
+      - The container hosts of a run (a list of inventory hosts), read instead of the group C(sglang_containers):
+        playbooks/deploy.yml passes the hosts its C(deploy_containers) pattern matched. Each is checked; the members
+        of their multi-node servers may be hosts of either.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -40,6 +47,11 @@ EXAMPLES = r"""
     msg: "CT {{ _ct.vmid }} on {{ _ct.node_host }} (PVE node {{ _ct.node }})"
   vars:
     _ct: "{{ (hostvars | inferops.gpu_inference.gpu_inventory(groups)).by_host[inventory_hostname] }}"
+
+- name: The VMIDs of the containers this play runs on, checked together
+  ansible.builtin.debug:
+    msg: "{{ (hostvars | inferops.gpu_inference.gpu_inventory(groups, containers=ansible_play_hosts_all)).containers | map(attribute='vmid') }}"
+  run_once: true
 
 - name: The containers the inventory places on node pve1
   ansible.builtin.debug:
@@ -66,12 +78,14 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import gpu_inventory as _gpu_inventory
 
 
-def gpu_inventory(hostvars, groups):
+def gpu_inventory(hostvars, groups, containers=None):
     """Return the inventory's GPU containers and nodes (GpuInventory.as_dict)."""
     if not isinstance(hostvars, Mapping):
         raise AnsibleFilterError("gpu_inventory: the input must be hostvars, got %s" % type(hostvars).__name__)
     try:
-        return _gpu_inventory(groups, hostvars).as_dict()
+        if containers is not None and not isinstance(containers, (str, bytes, Mapping)):
+            containers = list(containers)
+        return _gpu_inventory(groups, hostvars, containers).as_dict()
     except InventoryError as exc:
         raise AnsibleFilterError(str(exc), orig_exc=exc) from exc
 

@@ -21,6 +21,12 @@ One place says how a container host becomes a container:
 A VMID declared by two hosts is refused too (VMIDs are unique in a Proxmox VE cluster). Every problem is reported
 at once, each naming the host and the variable to set; nothing is changed before.
 
+The GPU containers are the hosts of the group ``sglang_containers``; a run that names its own (deploy.yml's
+``deploy_containers`` pattern, recover's relaunch) reads exactly those hosts (``containers``): each is checked, and a
+server's other members need only be hosts of the group or of the run. :data:`INVENTORY_NAMES` declares every
+inventory variable read here: the extra-variable allow-list and the inventory check (deploy/playbook_inputs.py) take
+them from it.
+
 No Ansible imports: the inputs are plain mappings, the way a filter gets ``groups`` and ``hostvars`` and the way
 ``ansible-inventory --list`` prints them (:func:`groups_from_list`). Unit-tested in
 tests/unit/plugins/module_utils/common/test_gpu_inventory.py.
@@ -38,6 +44,26 @@ NODES_GROUP = "proxmox_nodes"
 # Proxmox VE's guest IDs (pve-container / qemu-server, format pve-vmid): 100 to 999999999.
 VMID_MIN = 100
 VMID_MAX = 999_999_999
+
+#: The inventory variables the model reads (name: what it is), the one declaration: the extra-variable allow-list of
+#: a playbook that reads the model, and the check of the inventory's names (deploy/playbook_inputs.py), take them
+#: from here.
+VMID_VARS = ("pve_gpu_container_vmid", "proxmox_vmid")
+NODE_HOST_VAR = "pve_gpu_container_node_host"
+NODE_NAME_VARS = ("pve_gpu_container_pve_node", "proxmox_node")
+CLUSTER_VAR = "sglang_server_cluster_group"
+ADOPT_VAR = "pve_gpu_container_adopt"
+EDA_RELAUNCH_VAR = "gpu_recover_eda_relaunch"
+INVENTORY_NAMES = {
+    "pve_gpu_container_vmid": "a container's VMID (before proxmox_vmid)",
+    "proxmox_vmid": "a container's VMID (when pve_gpu_container_vmid is not given)",
+    NODE_HOST_VAR: "the inventory host of a container's node (default: the first host of proxmox_nodes)",
+    "pve_gpu_container_pve_node": "a node's Proxmox VE name (before proxmox_node)",
+    "proxmox_node": "a node's Proxmox VE name (when pve_gpu_container_pve_node is not given; default its short name)",
+    CLUSTER_VAR: "the group of a multi-node server's containers",
+    ADOPT_VAR: "true: the container may be taken over (and recovered) without the PVE tag",
+    EDA_RELAUNCH_VAR: "true: an unattended recovery may relaunch the container",
+}
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0", "")
@@ -142,7 +168,7 @@ def _flag(host: str, name: str, value: Any, problems: list[str]) -> bool:
 def node_name(node_host: str, node_vars: Mapping[str, Any]) -> str:
     """The PVE name (/nodes/<node>) of the inventory's node ``node_host``: its pve_gpu_container_pve_node, else its
     proxmox_node, else its short name (the host name up to the first dot), as the role pve_gpu_container defaults it."""
-    for key in ("pve_gpu_container_pve_node", "proxmox_node"):
+    for key in NODE_NAME_VARS:
         value = node_vars.get(key)
         if not _blank(value):
             return str(value).strip()
@@ -166,18 +192,26 @@ def _given(host_vars: Mapping[str, Any], *names: str) -> tuple[Optional[str], An
     return None, None
 
 
-def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any]) -> GpuInventory:
+def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any],
+                  containers: Optional[Sequence[str]] = None) -> GpuInventory:
     """The GPU containers of the inventory ``groups`` ({group: [host]}, as Ansible's ``groups``; ``all`` lists every
-    host) with ``hostvars`` ({host: {variable: value}}), checked; InventoryError listing every problem otherwise."""
+    host) with ``hostvars`` ({host: {variable: value}}), checked; InventoryError listing every problem otherwise.
+
+    ``containers``: the container hosts of a run (a deploy's own pattern), read instead of the group
+    ``sglang_containers``; the members of their multi-node servers may then be hosts of either."""
     if not isinstance(groups, Mapping):
         raise InventoryError("the inventory's groups must be a mapping of group names to hosts, got %s" % type(groups).__name__)
+    if containers is not None and (isinstance(containers, (str, bytes)) or not isinstance(containers, Sequence)):
+        raise InventoryError("the run's containers must be a list of inventory hosts, got %s" % type(containers).__name__)
     all_hosts = set(_hosts(groups, "all")) | {h for g in groups.values() for h in (g or []) if isinstance(g, (list, tuple))}
     node_hosts = _hosts(groups, NODES_GROUP)
+    hosts = _hosts(groups, CONTAINERS_GROUP) if containers is None else list(dict.fromkeys(str(h) for h in containers))
+    known = set(hosts) | set(_hosts(groups, CONTAINERS_GROUP))
     problems: list[str] = []
     found: list[dict[str, Any]] = []
-    for host in _hosts(groups, CONTAINERS_GROUP):
+    for host in hosts:
         hv = _vars(hostvars, host)
-        name, raw = _given(hv, "pve_gpu_container_vmid", "proxmox_vmid")
+        name, raw = _given(hv, *VMID_VARS)
         number = None
         if name is None:
             problems.append("%s: no VMID: set proxmox_vmid (or pve_gpu_container_vmid) to the container's ID, an integer "
@@ -188,7 +222,7 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
                 problems.append("%s: its VMID (%s) %s: set %s to the container's ID" % (host, name, problem, name))
             else:
                 number = vmid(raw)
-        node = _given(hv, "pve_gpu_container_node_host")[1]
+        node = _given(hv, NODE_HOST_VAR)[1]
         if node is None:
             node = node_hosts[0] if node_hosts else None
         if node is None:
@@ -197,11 +231,11 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
         elif str(node) not in all_hosts:
             problems.append("%s: pve_gpu_container_node_host %r is not a host of the inventory: name the node's inventory "
                             "host (nodes here: %s)" % (host, str(node), ", ".join(node_hosts) or "none"))
-        group = _given(hv, "sglang_server_cluster_group")[1]
+        group = _given(hv, CLUSTER_VAR)[1]
         found.append({"host": host, "vmid": number, "node_host": None if node is None else str(node),
                       "cluster_group": "" if group is None else str(group).strip(),
-                      "adopt": _flag(host, "pve_gpu_container_adopt", hv.get("pve_gpu_container_adopt"), problems),
-                      "eda_relaunch": _flag(host, "gpu_recover_eda_relaunch", hv.get("gpu_recover_eda_relaunch"), problems)})
+                      "adopt": _flag(host, ADOPT_VAR, hv.get(ADOPT_VAR), problems),
+                      "eda_relaunch": _flag(host, EDA_RELAUNCH_VAR, hv.get(EDA_RELAUNCH_VAR), problems)})
     by_host = {f["host"]: f for f in found}
     by_vmid: dict[int, list[str]] = {}
     for f in found:
@@ -226,7 +260,7 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
         if f["host"] not in members:
             problems.append("%s: it is not in its sglang_server_cluster_group %s (%s): add it to the group, or unset the "
                             "variable" % (f["host"], group, ", ".join(members) or "no host"))
-        outside = [m for m in members if m not in by_host]
+        outside = [m for m in members if m not in known]
         if outside and f["host"] == next((m for m in members if m in by_host), None):
             problems.append("%s: the server %s has member(s) %s that are not GPU containers (hosts of %s with "
                             "proxmox_vmid): put them in %s, or take them out of %s"

@@ -9,7 +9,10 @@ trusted. What a playbook documents, computed from the files (never a hand-kept l
 
 - the options of the role entry points it runs (``roles:``, ``include_role``/``import_role`` with ``tasks_from``),
   read from each role's ``meta/argument_specs.yml``, and the inventory variables their documented defaults read
-  (``proxmox_vmid`` for ``pve_gpu_container_vmid``); and what the playbooks it imports accept;
+  (``proxmox_api_host`` for ``pve_gpu_container_api_host``); and what the playbooks it imports accept;
+- when it reads the inventory model (the filter ``inferops.gpu_inference.gpu_inventory``, in the playbook, a vars
+  file it loads or the vars of a role it runs), the inventory variables outside the roles' namespace that the model
+  declares it reads (``gpu_inventory.INVENTORY_NAMES``: ``proxmox_vmid``, ``proxmox_node``);
 - plus its own inputs, :data:`PLAYBOOK_INPUTS`;
 - minus every name the playbook itself sets (play ``vars``, a role's or a task's ``vars``, ``import_playbook``'s
   ``vars``, ``register``): an extra variable of that name would replace the value the playbook computes;
@@ -26,6 +29,7 @@ import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.errors import InferopsError
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.common.gpu_inventory import INVENTORY_NAMES
 
 # The collection's root (this file is three levels below it, in plugins/module_utils/deploy/).
 COLLECTION_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -152,8 +156,9 @@ _MAGIC = frozenset({"inventory_hostname", "inventory_hostname_short", "groups", 
 
 
 def role_options(role: str, entry: str, load: Loader, root: str = COLLECTION_ROOT) -> Dict[str, str]:
-    """The options of one role entry point (name: where it is documented), and the variables their documented
-    defaults read (``proxmox_vmid`` for ``pve_gpu_container_vmid``: the inventory's names)."""
+    """The options of one role entry point (name: where it is documented), and the public variables their documented
+    defaults read (``proxmox_api_host`` for ``pve_gpu_container_api_host``: the inventory's names; a private name a
+    default reads, ``__pve_gpu_container_model``, is the role's own and never an input)."""
     specs = (load(os.path.join(root, "roles", role, "meta", "argument_specs.yml")) or {}).get("argument_specs") or {}
     if entry not in specs:
         raise InputsError("role %s has no entry point %s in meta/argument_specs.yml" % (role, entry))
@@ -161,9 +166,47 @@ def role_options(role: str, entry: str, load: Loader, root: str = COLLECTION_ROO
     for name, spec in (specs[entry].get("options") or {}).items():
         out[name] = "role %s (%s)" % (role, entry)
         for read in _DEFAULT_READS.findall(str(spec.get("default") or "")):
-            if read not in _MAGIC:
+            if read not in _MAGIC and not read.startswith("_"):
                 out.setdefault(read, "defaults of role %s (%s), read from the inventory" % (role, entry))
     return out
+
+
+#: The filter that builds the inventory model, and where its inventory names are declared.
+MODEL_FILTER = COLLECTION + ".gpu_inventory"
+MODEL_SOURCE = "the inventory model (module_utils/common/gpu_inventory.py), read from the inventory"
+
+
+def model_names() -> Dict[str, str]:
+    """The inventory variables the inventory model reads (name: where that is declared)."""
+    return dict.fromkeys(INVENTORY_NAMES, MODEL_SOURCE)
+
+
+def _mentions(value: Any, needle: str) -> bool:
+    if isinstance(value, str):
+        return needle in value
+    if isinstance(value, Mapping):
+        return any(_mentions(k, needle) or _mentions(v, needle) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_mentions(v, needle) for v in value)
+    return False
+
+
+def reads_model(playbook: str, load: Loader, root: str = COLLECTION_ROOT) -> bool:
+    """Whether ``playbook`` reads the inventory model: the filter in the playbook itself, in a vars file one of its
+    plays loads, or in ``vars/main.yml`` of a role whose entry point it runs (imported playbooks not included)."""
+    plays = load(os.path.join(root, "playbooks", playbook)) or []
+    if _mentions(plays, MODEL_FILTER):
+        return True
+    for play in plays:
+        for path in (play.get("vars_files") or []) if isinstance(play, Mapping) else []:
+            full = os.path.join(root, "playbooks", str(path))
+            if os.path.isfile(full) and _mentions(load(full), MODEL_FILTER):
+                return True
+    for role in sorted({r for r, _ in playbook_uses(playbook, load, root)[0]}):
+        path = os.path.join(root, "roles", role, "vars", "main.yml")
+        if os.path.isfile(path) and _mentions(load(path), MODEL_FILTER):
+            return True
+    return False
 
 
 def role_default(role: str, entry: str, name: str, load: Loader, root: str = COLLECTION_ROOT) -> Any:
@@ -187,6 +230,13 @@ def allowed(playbook: str, load: Loader, root: str = COLLECTION_ROOT) -> Dict[st
     for role, entry in sorted(entries):
         for name, source in role_options(role, entry, load, root).items():
             names.setdefault(name, source)
+    if reads_model(playbook, load, root):
+        # The model's names outside the roles' namespace (proxmox_vmid, proxmox_node). Those inside it are extra
+        # variables where a role entry point that documents them runs; gpu_recover_eda_relaunch is only the event
+        # source's (an inventory name, documented by inventory_documented), no playbook acts on it.
+        for name, source in model_names().items():
+            if not name.startswith(ROLE_PREFIXES):
+                names.setdefault(name, source)
     for name in sets:
         names.pop(name, None)
     for name in PLAYBOOK_INPUTS[playbook]:
@@ -381,8 +431,8 @@ def in_namespace(name: str) -> bool:
 
 def inventory_documented(load: Loader, root: str = COLLECTION_ROOT) -> Dict[str, str]:
     """Every name an inventory may set for the collection (name: where it is documented): every option of every
-    entry point of its roles, the inventory variables their defaults read (``proxmox_vmid``), and
-    :data:`INVENTORY_INPUTS`."""
+    entry point of its roles, the inventory variables their defaults read (``proxmox_api_host``), those the inventory
+    model reads (``proxmox_vmid``), and :data:`INVENTORY_INPUTS`."""
     names: Dict[str, str] = {}
     for role in sorted(os.listdir(os.path.join(root, "roles"))):
         path = os.path.join(root, "roles", role, "meta", "argument_specs.yml")
@@ -390,6 +440,8 @@ def inventory_documented(load: Loader, root: str = COLLECTION_ROOT) -> Dict[str,
             for entry in (load(path) or {}).get("argument_specs") or {}:
                 for name, source in role_options(role, entry, load, root).items():
                     names.setdefault(name, source)
+    for name, source in model_names().items():
+        names.setdefault(name, source)
     names.update(INVENTORY_INPUTS)
     return names
 

@@ -28,3 +28,14 @@ def test_a_bad_inventory_is_a_filter_error_naming_the_host():
 def test_not_hostvars():
     with pytest.raises(AnsibleFilterError, match="the input must be hostvars, got list"):
         gpu_inventory([], GROUPS)
+
+
+def test_the_run_s_containers():
+    groups = dict(GROUPS, all=["pve1", "ct129", "ct140"])
+    hostvars = {"pve1": {}, "ct129": {"proxmox_vmid": "x"}, "ct140": {"proxmox_vmid": 140}}
+    out = gpu_inventory(hostvars, groups, containers=(h for h in ["ct140"]))  # any iterable, as Ansible gives lists
+    assert [c["host"] for c in out["containers"]] == ["ct140"] and out["by_host"]["ct140"]["node_host"] == "pve1"
+    with pytest.raises(AnsibleFilterError, match="ct129: its VMID"):
+        gpu_inventory(hostvars, groups)
+    with pytest.raises(AnsibleFilterError, match="the run's containers must be a list"):
+        gpu_inventory(hostvars, groups, containers="ct140")

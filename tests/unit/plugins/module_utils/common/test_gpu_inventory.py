@@ -129,3 +129,84 @@ def test_groups_from_ansible_inventory_list():
     assert groups["sglang_containers"] == ["ct129", "ct140"] and set(groups["all"]) == {"pve1", "ct129", "ct140"}
     assert [(c.host, c.vmid, c.node_host) for c in gi.gpu_inventory(groups, hostvars).containers] == [
         ("ct129", 129, "pve1"), ("ct140", 140, "pve1")]
+
+
+def test_a_run_reads_its_own_containers_and_checks_only_those():
+    # ct129's VMID is broken, but the run is ct202 alone (deploy_containers=ct202): ct202 is read and checked, and its
+    # server's other member ct201 is a container of the group, outside the run
+    hostvars = dict(HOSTVARS, ct129={"proxmox_vmid": "x"})
+    inv = gi.gpu_inventory(GROUPS, hostvars, containers=["ct202"])
+    assert [(c.host, c.vmid, c.node_host, c.node, c.cluster, c.node_rank) for c in inv.containers] == [
+        ("ct202", 202, "pve2.example.org", "pve2", ("ct201", "ct202"), 1)]
+    with pytest.raises(gi.InventoryError, match="ct129: its VMID .proxmox_vmid. must be an integer"):
+        gi.gpu_inventory(GROUPS, hostvars, containers=["ct202", "ct129"])
+
+
+def test_a_run_may_name_containers_outside_the_group():
+    groups = dict(GROUPS, all=GROUPS["all"] + ["gpu7", "gpu8"], mine=["gpu7", "gpu8"])
+    hostvars = dict(HOSTVARS, gpu7={"proxmox_vmid": 307, "sglang_server_cluster_group": "mine"},
+                    gpu8={"pve_gpu_container_vmid": 308, "sglang_server_cluster_group": "mine",
+                          "pve_gpu_container_node_host": "pve2.example.org"})
+    inv = gi.gpu_inventory(groups, hostvars, containers=["gpu7", "gpu8", "gpu7"])
+    assert [(c.host, c.vmid, c.node_host, c.node_rank, c.nnodes) for c in inv.containers] == [
+        ("gpu7", 307, "pve1", 0, 2), ("gpu8", 308, "pve2.example.org", 1, 2)]
+    assert inv.as_dict()["nodes"]["pve1"] == {"name": "pve-one", "containers": ["gpu7"]}
+    # a member that is neither in the group nor in the run is not a GPU container
+    with pytest.raises(gi.InventoryError, match="gpu7: the server mine has member.s. gpu8 that are not GPU containers"):
+        gi.gpu_inventory(groups, hostvars, containers=["gpu7"])
+
+
+def test_every_problem_of_the_run_at_once_each_with_its_host():
+    hostvars = dict(HOSTVARS, ct129={"proxmox_vmid": 99}, ct132={"proxmox_vmid": 99, "pve_gpu_container_vmid": None})
+    with pytest.raises(gi.InventoryError) as err:
+        gi.gpu_inventory(GROUPS, hostvars, containers=["ct129", "ct132", "pve1"])
+    msg = str(err.value)
+    assert msg.count("its VMID (proxmox_vmid) must be between 100") == 2 and "ct129: " in msg and "ct132: " in msg
+    assert "pve1: no VMID: set proxmox_vmid" in msg and msg.endswith("Nothing has been changed.")
+
+
+@pytest.mark.parametrize("containers", ["ct129", {"ct129": 1}, 7])
+def test_the_run_s_containers_must_be_a_list(containers):
+    with pytest.raises(gi.InventoryError, match="the run's containers must be a list of inventory hosts"):
+        gi.gpu_inventory(GROUPS, HOSTVARS, containers=containers)
+
+
+class _Reads(dict):
+    """A host's variables that record every name read."""
+
+    def __init__(self, values, log):
+        super().__init__(values)
+        self.log = log
+
+    def get(self, key, default=None):
+        self.log.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.log.add(key)
+        return super().__getitem__(key)
+
+
+def test_the_model_reads_exactly_the_names_it_declares():
+    # every name read is declared (the allow-list and the inventory check take them from INVENTORY_NAMES) ...
+    log: set = set()
+    everything = {n: None for n in gi.INVENTORY_NAMES}
+    hostvars = {h: _Reads(dict(everything, **v), log) for h, v in HOSTVARS.items()}
+    gi.gpu_inventory(GROUPS, hostvars)
+    assert log == set(gi.INVENTORY_NAMES)
+    # ... and each declared name changes what the model gives
+    base = build().as_dict()
+    changed = {
+        "pve_gpu_container_vmid": {"ct129": {"pve_gpu_container_vmid": 139}},
+        "proxmox_vmid": {"ct129": {"proxmox_vmid": 139}},
+        "pve_gpu_container_node_host": {"ct129": {"pve_gpu_container_node_host": "pve2.example.org"}},
+        "pve_gpu_container_pve_node": {"pve1": {"pve_gpu_container_pve_node": "other"}},
+        "proxmox_node": {"pve2.example.org": {"proxmox_node": "other"}},
+        "sglang_server_cluster_group": {"ct201": {"sglang_server_cluster_group": None},
+                                        "ct202": {"sglang_server_cluster_group": None}},
+        "pve_gpu_container_adopt": {"ct129": {"pve_gpu_container_adopt": True}},
+        "gpu_recover_eda_relaunch": {"ct129": {"gpu_recover_eda_relaunch": True}},
+    }
+    assert set(changed) == set(gi.INVENTORY_NAMES)
+    for name, hv in changed.items():
+        assert build(**hv).as_dict() != base, name

@@ -283,3 +283,41 @@ def test_every_documented_option_is_an_inventory_name():
         for entry in specs.values():
             for option in entry.get("options") or {}:
                 assert option in DOCUMENTED, option
+
+
+def test_the_inventory_model_s_names_come_from_its_declaration():
+    from ansible_collections.inferops.gpu_inference.plugins.module_utils.common import gpu_inventory as gi
+    # No role default reads proxmox_vmid or proxmox_node any more: the model declares them, and every entry playbook
+    # reads the model (itself, a vars file, or a role's vars), so each accepts them, sourced from the model.
+    role_reads = {n for role, entry in (("pve_gpu_container", "main"), ("pve_gpu_container", "container_spec"))
+                  for n in pi.role_options(role, entry, load)}
+    assert {"proxmox_vmid", "proxmox_node"} & role_reads == set()
+    for playbook in pi.ENTRY_PLAYBOOKS:
+        assert pi.reads_model(playbook, load), playbook
+        accepted = pi.allowed(playbook, load)
+        assert accepted["proxmox_vmid"] == accepted["proxmox_node"] == pi.MODEL_SOURCE, playbook
+        # the model's names of the roles' namespace only where a role entry point documents them
+        assert "gpu_recover_eda_relaunch" not in accepted, playbook
+    assert set(gi.INVENTORY_NAMES) <= set(DOCUMENTED)
+    assert DOCUMENTED["gpu_recover_eda_relaunch"] == pi.MODEL_SOURCE
+
+
+def test_a_playbook_that_does_not_read_the_model_does_not_take_its_names(tmp_path):
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "roles").mkdir()
+    (tmp_path / "playbooks" / "plan.yml").write_text("- hosts: localhost\n  vars_files: [vars/x.yml]\n  tasks: []\n")
+    (tmp_path / "playbooks" / "vars").mkdir()
+    (tmp_path / "playbooks" / "vars" / "x.yml").write_text("a: 1\n")
+    assert not pi.reads_model("plan.yml", load, str(tmp_path))
+    assert "proxmox_vmid" not in pi.allowed("plan.yml", load, str(tmp_path))
+    (tmp_path / "playbooks" / "vars" / "x.yml").write_text("a: \"{{ hostvars | inferops.gpu_inference.gpu_inventory(groups) }}\"\n")
+    assert pi.reads_model("plan.yml", load, str(tmp_path))
+    assert pi.allowed("plan.yml", load, str(tmp_path))["proxmox_vmid"] == pi.MODEL_SOURCE
+
+
+def test_a_private_name_a_role_default_reads_is_never_an_input():
+    specs = {"argument_specs": {"main": {"options": {
+        "pve_gpu_container_hostname": {"default": "sglang-{{ __pve_gpu_container_model | default(1) }}"},
+        "pve_gpu_container_api_host": {"default": "{{ proxmox_api_host | default('') }}"}}}}}
+    got = pi.role_options("pve_gpu_container", "main", lambda path: specs)
+    assert set(got) == {"pve_gpu_container_hostname", "pve_gpu_container_api_host", "proxmox_api_host"}
