@@ -34,9 +34,9 @@ options:
     required: true
   containers:
     description:
-      - The container hosts of a run (a list of inventory hosts), read instead of the group C(sglang_containers):
-        playbooks/deploy.yml passes the hosts its C(deploy_containers) pattern matched. Each is checked; the members
-        of their multi-node servers may be hosts of either.
+      - The container hosts of a run (a list of inventory hosts), read instead of the group C(sglang_containers);
+        playbooks/deploy.yml passes the hosts its C(deploy_containers) pattern matched. Each is checked, and the
+        members of their multi-node servers may be hosts of either.
     type: list
     elements: str
 """

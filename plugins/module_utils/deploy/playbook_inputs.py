@@ -202,7 +202,7 @@ def reads_model(playbook: str, load: Loader, root: str = COLLECTION_ROOT) -> boo
             full = os.path.join(root, "playbooks", str(path))
             if os.path.isfile(full) and _mentions(load(full), MODEL_FILTER):
                 return True
-    for role in sorted({r for r, _ in playbook_uses(playbook, load, root)[0]}):
+    for role in sorted({pair[0] for pair in playbook_uses(playbook, load, root)[0]}):
         path = os.path.join(root, "roles", role, "vars", "main.yml")
         if os.path.isfile(path) and _mentions(load(path), MODEL_FILTER):
             return True
