@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.host import node_facts
 from ansible_collections.inferops.gpu_inference.plugins.module_utils.sizing import node_plan
-from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import renamed_vars
+from ansible_collections.inferops.gpu_inference.plugins.module_utils.deploy import renamed_vars, sglang_extra_vars
 from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.deploy_action import DeployAction, node_reserve_bytes
+from ansible_collections.inferops.gpu_inference.plugins.plugin_utils.inventory_vars import inventory_names
 
 
 class ActionModule(DeployAction):
@@ -20,6 +21,11 @@ class ActionModule(DeployAction):
 
     def stage(self, args, task_vars, result):
         name = str(args.get("node_name") or "the node")
+        # Every container planned here, not only this node: a container host left out of the run (--limit) had no
+        # task of its own, so a computed value planted in its inventory (a request, a spec) was checked nowhere else.
+        hosts = set(args["requests"]) | {str(ct.get("host")) for ct in args["containers"] if isinstance(ct, dict)}
+        for host in sorted(hosts):
+            sglang_extra_vars.refuse_injected(inventory_names(self, host), "the inventory of %s" % host)
         # The node's hardware as its inventory declares it, against what was read on it: a difference refused.
         checked = node_facts.check_live(node_facts.declared(args.get("node_declared") or {}, name),
                                         args["node"].get("gpus") or [], args["node"].get("mem_total_bytes"), name)

@@ -8,7 +8,8 @@ node's name), deploy.yml (each container's VMID and node), recover.yml (the cont
 gpu_recover's scope check (the containers declared on the node) and the event source (the containers it watches).
 One place says how a container host becomes a container:
 
-- its VMID: ``pve_gpu_container_vmid``, else ``proxmox_vmid`` (a blank value is not given), an integer from 100 to
+- its VMID: ``pve_gpu_container_vmid``, else ``proxmox_vmid`` (a blank value is not given; both given must be equal, since
+  the connection enters ``proxmox_vmid``), an integer from 100 to
   999999999 (Proxmox VE's guest IDs: pve-container's ``pve-vmid`` format; below 100 are reserved);
 - its node: ``pve_gpu_container_node_host``, else the first host of the group ``proxmox_nodes``; a host of the
   inventory; the node's PVE name is that host's ``pve_gpu_container_pve_node``, else its ``proxmox_node``, else its
@@ -222,6 +223,13 @@ def gpu_inventory(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, An
                 problems.append("%s: its VMID (%s) %s: set %s to the container's ID" % (host, name, problem, name))
             else:
                 number = vmid(raw)
+                # The connection (pct_remote) enters proxmox_vmid's container whatever the role configures.
+                other = hv.get(VMID_VARS[1])
+                if name == VMID_VARS[0] and not _blank(other) and not vmid_problem(other) and vmid(other) != number:
+                    problems.append("%s: %s is %d but %s is %d: the node would configure CT %d while the connection "
+                                    "(pct_remote) enters CT %d. Give one VMID: set %s alone, or both to the same ID"
+                                    % (host, VMID_VARS[0], number, VMID_VARS[1], vmid(other), number, vmid(other),
+                                       VMID_VARS[1]))
         node = _given(hv, NODE_HOST_VAR)[1]
         if node is None:
             node = node_hosts[0] if node_hosts else None

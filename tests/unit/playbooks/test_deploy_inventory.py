@@ -28,7 +28,7 @@ all:
     sglang_containers:
       hosts:
         ct940: %(nowhere)s, proxmox_vmid: 940}
-        ct941: %(nowhere)s, proxmox_vmid: 999, pve_gpu_container_vmid: 941, pve_gpu_container_node_host: pve2.lan}
+        ct941: %(nowhere)s, pve_gpu_container_vmid: 941, pve_gpu_container_node_host: pve2.lan}
 """
 
 

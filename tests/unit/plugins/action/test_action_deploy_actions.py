@@ -168,6 +168,19 @@ def test_a_private_name_set_in_the_inventory_is_refused(run):
     assert result["failed"] and "__sglang_server_request" in result["msg"] and "inventory of ct129" in result["msg"]
 
 
+def test_the_gate_refuses_a_private_name_in_the_inventory_of_any_container_it_plans(run):
+    # ct129 was left out of the run (--limit pve1): only the node's tasks ran, and ct129's inventory plants a request.
+    req = request(run)
+    inventory = INVENTORY.replace("ct129: {}", "ct129:\n      __sglang_server_request: {}")
+    containers = [{"host": "ct129", "vmid": 129, "gpus": [0, 1, 2, 3], "memory_mib": 200 * 1024}]
+    result = run(sglang_node_gate, {"requests": {"ct129": req}, "containers": containers, "node": NODE, "guests": [],
+                                    "node_reserve_bytes": 4 * GIB, "node_name": "pve1"},
+                 {"inventory_hostname": "pve1"}, inventory_text=inventory)
+    assert result["failed"] and "inventory of ct129" in result["msg"] and "__sglang_server_request" in result["msg"]
+    assert "node_plan" not in result
+    assert not gate(run, req).get("failed")
+
+
 def test_a_blank_survey_answer_is_said_and_a_renamed_variable_deprecated(run):
     result = run(sglang_request, {"settings": SETTINGS}, {"sglang_server_stop_timeout": 30},
                  extra_vars={"sglang_server_port": ""})

@@ -17,7 +17,7 @@ HOSTVARS = {
     "pve1": {"proxmox_node": "pve-one"},
     "pve2.example.org": {},
     "ct129": {"proxmox_vmid": 129},
-    "ct132": {"proxmox_vmid": "999", "pve_gpu_container_vmid": "132", "pve_gpu_container_adopt": "yes",
+    "ct132": {"proxmox_vmid": "", "pve_gpu_container_vmid": "132", "pve_gpu_container_adopt": "yes",
               "gpu_recover_eda_relaunch": True},
     "ct201": {"proxmox_vmid": 201, "sglang_server_cluster_group": "kimi"},
     "ct202": {"proxmox_vmid": 202, "pve_gpu_container_node_host": "pve2.example.org", "sglang_server_cluster_group": "kimi"},
@@ -75,6 +75,15 @@ def test_a_bad_vmid_names_the_host_and_the_variable(value, says):
     with pytest.raises(gi.InventoryError) as err:
         build(ct129={"proxmox_vmid": value})
     assert says in str(err.value) and str(err.value).endswith("Nothing has been changed.")
+
+
+def test_two_vmids_that_differ_are_refused():
+    # pct_remote enters proxmox_vmid's container; the role would configure pve_gpu_container_vmid's.
+    with pytest.raises(gi.InventoryError) as err:
+        build(ct129={"pve_gpu_container_vmid": 131})
+    assert ("ct129: pve_gpu_container_vmid is 131 but proxmox_vmid is 129: the node would configure CT 131 while the "
+            "connection (pct_remote) enters CT 129") in str(err.value)
+    assert build(ct129={"pve_gpu_container_vmid": "129"}).host("ct129").vmid == 129
 
 
 def test_every_problem_at_once():
@@ -197,7 +206,7 @@ def test_the_model_reads_exactly_the_names_it_declares():
     # ... and each declared name changes what the model gives
     base = build().as_dict()
     changed = {
-        "pve_gpu_container_vmid": {"ct129": {"pve_gpu_container_vmid": 139}},
+        "pve_gpu_container_vmid": {"ct132": {"pve_gpu_container_vmid": 139}},
         "proxmox_vmid": {"ct129": {"proxmox_vmid": 139}},
         "pve_gpu_container_node_host": {"ct129": {"pve_gpu_container_node_host": "pve2.example.org"}},
         "pve_gpu_container_pve_node": {"pve1": {"pve_gpu_container_pve_node": "other"}},
