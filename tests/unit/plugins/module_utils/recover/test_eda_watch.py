@@ -10,7 +10,7 @@ from ansible_collections.inferops.gpu_inference.plugins.module_utils.recover imp
 INV = {
     "_meta": {"hostvars": {
         "pve1": {}, "ct129": {"proxmox_vmid": 129}, "ct132": {"proxmox_vmid": "132", "gpu_recover_eda_relaunch": "true"},
-        "ct140": {"pve_gpu_container_vmid": 140, "proxmox_vmid": 999, "pve_gpu_container_node_host": "pve2"},
+        "ct140": {"pve_gpu_container_vmid": 140, "pve_gpu_container_node_host": "pve2"},
     }},
     "all": {"children": ["ungrouped", "proxmox_nodes", "sglang_containers"]},
     "proxmox_nodes": {"hosts": ["pve1", "pve2"]},
